@@ -1,0 +1,28 @@
+//! The pure domain of opledger: event types and their schema versions, the
+//! status vocabularies, the operation transition table, and the projector
+//! folds that turn events into read-model rows.
+//!
+//! This crate must not know about async runtimes, databases, files, the clock
+//! or randomness. Time and identifiers arrive inside commands and event
+//! envelopes; everything here is a function of its arguments, which is what
+//! makes replay deterministic. The rule is enforced mechanically: the
+//! dependency list is checked by `tests/architecture.rs` at the workspace root,
+//! and `clippy.toml` in this crate disallows the clock and random sources.
+
+pub mod envelope;
+pub mod error;
+pub mod events;
+pub mod ids;
+pub mod projections;
+pub mod state_machine_doc;
+pub mod status;
+pub mod time;
+pub mod transitions;
+
+pub use envelope::{EventEnvelope, NewEvent, StreamId};
+pub use error::{DecodeError, DomainError, FoldError, TransitionError};
+pub use events::Event;
+pub use ids::{MediaId, OperationId, RegionId};
+pub use status::{CapabilityStatus, IngestionStage, OperationStatus};
+pub use time::Timestamp;
+pub use transitions::Cause;

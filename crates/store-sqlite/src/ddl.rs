@@ -1,0 +1,79 @@
+//! Projection DDL, rendered for the live tables, a shadow copy, or a
+//! scratch copy in an attached schema.
+
+use opledger_domain::projections::ProjectionSpec;
+
+/// The SQLite DDL of a projection, from `projections/<name>/sqlite.sql`.
+pub fn template(spec: &ProjectionSpec) -> &'static str {
+    match spec.name {
+        "media_registry" => include_str!("../../../projections/media_registry/sqlite.sql"),
+        "media_operations" => include_str!("../../../projections/media_operations/sqlite.sql"),
+        other => panic!("projection {other} has no SQLite DDL; add projections/{other}/sqlite.sql"),
+    }
+}
+
+/// Which copy of the tables a rendering creates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Copy<'a> {
+    Live,
+    /// Suffixed tables in the main schema, swapped in by renaming.
+    Shadow,
+    /// Same names in an attached schema.
+    Scratch(&'a str),
+}
+
+pub const SHADOW_SUFFIX: &str = "__shadow";
+
+/// The physical name of a table in a copy, as used in DML.
+pub fn table_name(table: &str, copy: Copy<'_>) -> String {
+    match copy {
+        Copy::Live => table.to_string(),
+        Copy::Shadow => format!("{table}{SHADOW_SUFFIX}"),
+        Copy::Scratch(schema) => format!("{schema}.{table}"),
+    }
+}
+
+/// Renders the DDL for one copy.
+pub fn render(spec: &ProjectionSpec, copy: Copy<'_>) -> String {
+    let mut sql = template(spec).to_string();
+    for table in spec.tables {
+        let (defined, referenced) = match copy {
+            Copy::Live => (table.name.to_string(), table.name.to_string()),
+            Copy::Shadow => {
+                let name = format!("{}{SHADOW_SUFFIX}", table.name);
+                (name.clone(), name)
+            }
+            // SQLite: a table or index is created in a schema by qualifying
+            // its name, but references inside it are to the same schema and
+            // must stay unqualified.
+            Copy::Scratch(schema) => (format!("{schema}.{}", table.name), table.name.to_string()),
+        };
+        sql = sql
+            .replace(&format!("{{{{t:{}}}}}", table.name), &defined)
+            .replace(&format!("{{{{r:{}}}}}", table.name), &referenced);
+    }
+    assert!(
+        !sql.contains("{{"),
+        "projection {} DDL names a table outside its spec: {sql}",
+        spec.name
+    );
+    sql
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use opledger_domain::projections::all_specs;
+
+    #[test]
+    fn every_projection_renders_for_every_copy() {
+        for spec in all_specs() {
+            for copy in [Copy::Live, Copy::Shadow, Copy::Scratch("scratch")] {
+                let sql = render(spec, copy);
+                for table in spec.tables {
+                    assert!(sql.contains(&table_name(table.name, copy)), "{sql}");
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,297 @@
+//! The SQLite backend of opledger, the embedded default: one database file,
+//! WAL, durable commits (`synchronous=FULL` unless the URL opts out).
+//!
+//! All writes of a process go through one writer connection owned by a task
+//! that groups whatever work is waiting into one transaction (group commit):
+//! each piece runs in its own savepoint and succeeds or fails on its own, and
+//! every piece is acknowledged only after the shared COMMIT is durable. Reads
+//! use a separate pool, which WAL never blocks. Writers in other processes are
+//! waited for (`BEGIN IMMEDIATE` with a long busy timeout) rather than
+//! surfacing "database is locked".
+//!
+//! This crate must not know business rules: it stores events and the rows
+//! that the domain's folds computed, and maps SQLite's error codes to the
+//! neutral kinds of `opledger-store` (see `error.rs`, the only place that
+//! knows them).
+
+mod config;
+mod ddl;
+mod error;
+pub mod floor;
+mod rows;
+mod scratch;
+mod tx;
+mod writer;
+
+pub use config::{SqliteConfig, Synchronous};
+pub use scratch::SqliteScratch;
+pub use tx::SqliteTx;
+
+use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
+use opledger_domain::projections::{all_specs, Row, TableSpec};
+use opledger_domain::{EventEnvelope, StreamId};
+use opledger_store::{BoxFuture, ProjectionState, Store, StoreError};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
+use sqlx::{ConnectOptions, Connection, Row as _, SqliteConnection};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+
+/// How long a connection waits for another process's write lock before
+/// reporting the database unavailable.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A handle to one SQLite database. Cheap to clone; the writer task lives
+/// until the last clone is dropped.
+#[derive(Clone)]
+pub struct SqliteStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: SqliteConfig,
+    writer: mpsc::Sender<Box<dyn writer::Job>>,
+    readers: SqlitePool,
+}
+
+impl SqliteStore {
+    /// Opens (creating when missing) the database, migrates it, creates the
+    /// tables of projections it does not have yet, and starts the writer.
+    pub async fn open(config: SqliteConfig) -> Result<Self, StoreError> {
+        if let Some(parent) = config.path.parent() {
+            if !parent.as_os_str().is_empty() && !parent.exists() {
+                return Err(StoreError::unavailable(format!(
+                    "cannot create database {}: folder {} does not exist",
+                    config.path.display(),
+                    parent.display()
+                )));
+            }
+        }
+        migrate(&config).await?;
+        let mut writer_connection = connect(&config, true).await?;
+        tx::ensure_projection_tables(&mut writer_connection).await?;
+
+        let readers = SqlitePoolOptions::new()
+            .max_connections(config.read_connections)
+            .min_connections(0)
+            .acquire_timeout(BUSY_TIMEOUT)
+            .connect_with(connect_options(&config, false))
+            .await
+            .map_err(|error| error::map(error, "opening the read pool"))?;
+
+        let (sender, receiver) = mpsc::channel(4096);
+        tokio::spawn(writer::run(SqliteTx::new(writer_connection), receiver));
+        Ok(SqliteStore {
+            inner: Arc::new(Inner {
+                config,
+                writer: sender,
+                readers,
+            }),
+        })
+    }
+
+    pub fn config(&self) -> &SqliteConfig {
+        &self.inner.config
+    }
+
+    /// A fresh connection of the writer's kind, outside the store's writer:
+    /// for tests and benchmarks that need to bypass the store.
+    pub async fn raw_connection(&self) -> Result<SqliteConnection, StoreError> {
+        connect(&self.inner.config, true).await
+    }
+}
+
+fn connect_options(config: &SqliteConfig, writable: bool) -> SqliteConnectOptions {
+    let options = SqliteConnectOptions::new()
+        .filename(&config.path)
+        .create_if_missing(writable)
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(config.synchronous.into())
+        .foreign_keys(true)
+        .busy_timeout(BUSY_TIMEOUT)
+        .statement_cache_capacity(1024)
+        .disable_statement_logging();
+    if writable {
+        options
+    } else {
+        // Readers must never write; the pragma makes a stray write an error.
+        options.pragma("query_only", "ON")
+    }
+}
+
+async fn connect(config: &SqliteConfig, writable: bool) -> Result<SqliteConnection, StoreError> {
+    connect_options(config, writable)
+        .connect()
+        .await
+        .map_err(|error| error::map(error, &format!("opening {}", config.path.display())))
+}
+
+/// Migrates through a one-connection pool: sqlx's migrator future is `Send`
+/// with a pool but not with a borrowed connection.
+async fn migrate(config: &SqliteConfig) -> Result<(), StoreError> {
+    let pool = SqlitePoolOptions::new()
+        .max_connections(1)
+        .connect_with(connect_options(config, true))
+        .await
+        .map_err(|error| error::map(error, &format!("opening {}", config.path.display())))?;
+    // Two processes opening a new database at once may race to migrate it;
+    // the loser sees the winner's tables and succeeds on a retry.
+    let mut attempt = 0;
+    let result = loop {
+        match sqlx::migrate!("../../migrations/sqlite").run(&pool).await {
+            Ok(()) => break Ok(()),
+            Err(error) if attempt < 5 => {
+                tracing::debug!(%error, attempt, "migration raced another process; retrying");
+                attempt += 1;
+                tokio::time::sleep(Duration::from_millis(50 * attempt)).await;
+            }
+            Err(error) => break Err(StoreError::unavailable(format!("migrating the database: {error}"))),
+        }
+    };
+    pool.close().await;
+    result
+}
+
+impl Store for SqliteStore {
+    type Tx = SqliteTx;
+    type Scratch = SqliteScratch;
+
+    fn backend(&self) -> &'static str {
+        "sqlite"
+    }
+
+    fn write<R, E, F>(&self, work: F) -> impl std::future::Future<Output = Result<R, E>> + Send
+    where
+        R: Send + 'static,
+        E: From<StoreError> + Send + 'static,
+        F: for<'t> FnOnce(&'t mut Self::Tx) -> BoxFuture<'t, Result<R, E>> + Send + 'static,
+    {
+        let (sender, receiver) = oneshot::channel();
+        let job: Box<dyn writer::Job> = Box::new(writer::WorkJob::new(work, sender));
+        let writer = self.inner.writer.clone();
+        async move {
+            writer
+                .send(job)
+                .await
+                .map_err(|_| E::from(StoreError::unavailable("the SQLite writer has stopped")))?;
+            receiver
+                .await
+                .map_err(|_| E::from(StoreError::unavailable("the SQLite writer dropped the work (it panicked)")))?
+        }
+    }
+
+    async fn read_stream(&self, stream_id: &StreamId) -> Result<Vec<EventEnvelope>, StoreError> {
+        let sql = format!(
+            "SELECT {} FROM media_operation_events WHERE stream_id = ? ORDER BY stream_version",
+            rows::EVENT_COLUMNS
+        );
+        let fetched = sqlx::query(&sql)
+            .bind(stream_id.as_str())
+            .fetch_all(&self.inner.readers)
+            .await
+            .map_err(|error| error::map(error, "reading a stream"))?;
+        fetched.iter().map(rows::decode_event).collect()
+    }
+
+    fn read_all(&self, after: i64, page_size: usize) -> BoxStream<'static, Result<EventEnvelope, StoreError>> {
+        let pool = self.inner.readers.clone();
+        let page_size = page_size.max(1);
+        // Keyset paging: each page is its own short read, so memory holds one
+        // page whatever the log size and no read transaction stays open.
+        stream::try_unfold(Some(after), move |position| {
+            let pool = pool.clone();
+            async move {
+                let Some(position) = position else {
+                    return Ok(None);
+                };
+                let mut connection = pool
+                    .acquire()
+                    .await
+                    .map_err(|error| error::map(error, "reading the event log"))?;
+                let page = rows::read_events(&mut connection, position, page_size).await?;
+                let next = if page.len() < page_size {
+                    None
+                } else {
+                    page.last().map(|event| event.seq)
+                };
+                Ok::<_, StoreError>(Some((stream::iter(page.into_iter().map(Ok)), next)))
+            }
+        })
+        .try_flatten()
+        .boxed()
+    }
+
+    async fn head(&self) -> Result<i64, StoreError> {
+        sqlx::query_scalar::<_, i64>("SELECT COALESCE(MAX(seq), 0) FROM media_operation_events")
+            .fetch_one(&self.inner.readers)
+            .await
+            .map_err(|error| error::map(error, "reading the log head"))
+    }
+
+    async fn load_rows(&self, table: &'static TableSpec, keys: &[String]) -> Result<Vec<Row>, StoreError> {
+        let mut connection = self
+            .inner
+            .readers
+            .acquire()
+            .await
+            .map_err(|error| error::map(error, "reading projections"))?;
+        rows::load(&mut connection, table, ddl::Copy::Live, keys).await
+    }
+
+    async fn projection_states(&self) -> Result<Vec<ProjectionState>, StoreError> {
+        let fetched = sqlx::query("SELECT name, version, position FROM projection_positions ORDER BY name")
+            .fetch_all(&self.inner.readers)
+            .await
+            .map_err(|error| error::map(error, "reading projection positions"))?;
+        let mut states = Vec::new();
+        for row in fetched {
+            let name: String = row.get(0);
+            if name.ends_with(ddl::SHADOW_SUFFIX) {
+                continue;
+            }
+            let version: i64 = row.get(1);
+            states.push(ProjectionState {
+                name,
+                version: u32::try_from(version).map_err(|error| StoreError::corrupt(error.to_string()))?,
+                position: row.get(2),
+            });
+        }
+        // Keep the build's fold order, the order status shows them in.
+        let order: Vec<&str> = all_specs().iter().map(|spec| spec.name).collect();
+        states.sort_by_key(|state| order.iter().position(|name| *name == state.name).unwrap_or(usize::MAX));
+        Ok(states)
+    }
+
+    async fn count_by(&self, table: &'static TableSpec, column: &'static str) -> Result<Vec<(Option<String>, i64)>, StoreError> {
+        assert!(table.column_names().any(|name| name == column), "{column} is not a column of {}", table.name);
+        let sql = format!(
+            "SELECT {column}, COUNT(*) FROM {} GROUP BY {column} ORDER BY {column}",
+            table.name
+        );
+        let fetched = sqlx::query(&sql)
+            .fetch_all(&self.inner.readers)
+            .await
+            .map_err(|error| error::map(error, &format!("counting {}", table.name)))?;
+        Ok(fetched
+            .iter()
+            .map(|row| (row.get::<Option<String>, _>(0), row.get::<i64, _>(1)))
+            .collect())
+    }
+
+    async fn count_rows(&self, table: &'static TableSpec) -> Result<i64, StoreError> {
+        sqlx::query_scalar::<_, i64>(&format!("SELECT COUNT(*) FROM {}", table.name))
+            .fetch_one(&self.inner.readers)
+            .await
+            .map_err(|error| error::map(error, &format!("counting {}", table.name)))
+    }
+
+    async fn open_scratch(&self) -> Result<SqliteScratch, StoreError> {
+        let connection = connect(&self.inner.config, true).await?;
+        SqliteScratch::open(connection, &self.inner.config.path).await
+    }
+}
+
+/// Closes a connection, ignoring errors: it is being dropped anyway.
+pub(crate) async fn close_quietly(connection: SqliteConnection) {
+    let _ = connection.close().await;
+}

@@ -1,0 +1,248 @@
+//! Generic projection-row SQL: any table described by a [`TableSpec`] is
+//! loaded, upserted, deleted and compared the same way, so a new projection
+//! needs DDL but no new store code.
+
+use crate::ddl::{self, Copy};
+use crate::error::map;
+use opledger_domain::events::Event;
+use opledger_domain::projections::{Cell, ColumnType, Row, RowKey, TableSpec};
+use opledger_domain::{EventEnvelope, StreamId, Timestamp};
+use opledger_store::StoreError;
+use sqlx::sqlite::{SqliteArguments, SqliteRow};
+use sqlx::{query::Query, Row as _, Sqlite, SqliteConnection, ValueRef};
+use uuid::Uuid;
+
+/// SQLite allows 32766 bound parameters; staying far below keeps statements
+/// small enough to be cached and reused.
+const MAX_PARAMS: usize = 900;
+
+pub fn bind_cell<'q>(query: Query<'q, Sqlite, SqliteArguments<'q>>, cell: &Cell) -> Query<'q, Sqlite, SqliteArguments<'q>> {
+    match cell {
+        Cell::Null => query.bind(None::<String>),
+        Cell::Integer(value) => query.bind(*value),
+        Cell::Real(value) => query.bind(*value),
+        Cell::Text(value) | Cell::Json(value) => query.bind(value.clone()),
+        Cell::Bool(value) => query.bind(i64::from(*value)),
+        Cell::Timestamp(value) => query.bind(value.to_rfc3339()),
+        Cell::Uuid(value) => query.bind(value.hyphenated().to_string()),
+    }
+}
+
+/// Decodes column `index` of `row` as `ty`.
+pub fn decode_cell(row: &SqliteRow, index: usize, ty: ColumnType, table: &str) -> Result<Cell, StoreError> {
+    let raw = row
+        .try_get_raw(index)
+        .map_err(|error| map(error, &format!("reading {table}")))?;
+    if raw.is_null() {
+        return Ok(Cell::Null);
+    }
+    let bad = |what: String| StoreError::corrupt(format!("{table} column {index}: {what}"));
+    let decode_error = |error: sqlx::Error| bad(error.to_string());
+    Ok(match ty {
+        ColumnType::Integer => Cell::Integer(row.try_get::<i64, _>(index).map_err(decode_error)?),
+        ColumnType::Real => Cell::Real(row.try_get::<f64, _>(index).map_err(decode_error)?),
+        ColumnType::Text => Cell::Text(row.try_get::<String, _>(index).map_err(decode_error)?),
+        ColumnType::Json => Cell::Json(row.try_get::<String, _>(index).map_err(decode_error)?),
+        ColumnType::Bool => Cell::Bool(row.try_get::<i64, _>(index).map_err(decode_error)? != 0),
+        ColumnType::Timestamp => {
+            let text = row.try_get::<String, _>(index).map_err(decode_error)?;
+            Cell::Timestamp(Timestamp::parse(&text).map_err(bad)?)
+        }
+        ColumnType::Uuid => {
+            let text = row.try_get::<String, _>(index).map_err(decode_error)?;
+            Cell::Uuid(Uuid::parse_str(&text).map_err(|error| bad(error.to_string()))?)
+        }
+    })
+}
+
+pub fn decode_cells(row: &SqliteRow, table: &TableSpec) -> Result<Vec<Cell>, StoreError> {
+    table
+        .columns
+        .iter()
+        .enumerate()
+        .map(|(index, column)| decode_cell(row, index, column.ty, table.name))
+        .collect()
+}
+
+fn column_list(table: &TableSpec) -> String {
+    table.column_names().collect::<Vec<_>>().join(", ")
+}
+
+fn key_column(table: &TableSpec) -> &'static str {
+    assert_eq!(table.key_columns, 1, "{} has a composite key; extend rows.rs", table.name);
+    table.columns[0].name
+}
+
+/// Binds a key given as text in the key column's stored form.
+fn key_cell(table: &TableSpec, key: &str) -> Cell {
+    Cell::Text(match table.columns[0].ty {
+        // UUID keys are stored hyphenated lower-case, which is how RowKey renders them.
+        ColumnType::Uuid | ColumnType::Text => key.to_string(),
+        other => panic!("{}: key type {other:?} not supported", table.name),
+    })
+}
+
+/// Loads rows by key from one copy of a table.
+pub async fn load(
+    conn: &mut SqliteConnection,
+    table: &'static TableSpec,
+    copy: Copy<'_>,
+    keys: &[String],
+) -> Result<Vec<Row>, StoreError> {
+    let mut rows = Vec::with_capacity(keys.len());
+    let name = ddl::table_name(table.name, copy);
+    for chunk in keys.chunks(MAX_PARAMS) {
+        let placeholders = vec!["?"; chunk.len()].join(", ");
+        let sql = format!(
+            "SELECT {} FROM {name} WHERE {} IN ({placeholders})",
+            column_list(table),
+            key_column(table)
+        );
+        let mut query = sqlx::query(&sql);
+        for key in chunk {
+            query = bind_cell(query, &key_cell(table, key));
+        }
+        let fetched = query
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(|error| map(error, &format!("loading {name}")))?;
+        for row in &fetched {
+            let cells = decode_cells(row, table)?;
+            rows.push(Row::from_cells(table, cells).map_err(|error| StoreError::corrupt(error.to_string()))?);
+        }
+    }
+    Ok(rows)
+}
+
+/// Writes changed rows to one copy: upserts in `table_order` (parents
+/// first), then deletes in reverse order (children first).
+pub async fn write(
+    conn: &mut SqliteConnection,
+    table_order: &[&'static TableSpec],
+    copy: Copy<'_>,
+    changes: &[(RowKey, Option<Row>)],
+) -> Result<(), StoreError> {
+    for table in table_order {
+        let upserts: Vec<&Row> = changes
+            .iter()
+            .filter(|(key, _)| key.table == table.name)
+            .filter_map(|(_, row)| row.as_ref())
+            .collect();
+        if !upserts.is_empty() {
+            upsert(conn, table, copy, &upserts).await?;
+        }
+    }
+    for table in table_order.iter().rev() {
+        let deletes: Vec<&str> = changes
+            .iter()
+            .filter(|(key, row)| key.table == table.name && row.is_none())
+            .map(|(key, _)| key.key.as_str())
+            .collect();
+        if !deletes.is_empty() {
+            delete(conn, table, copy, &deletes).await?;
+        }
+    }
+    Ok(())
+}
+
+async fn upsert(conn: &mut SqliteConnection, table: &TableSpec, copy: Copy<'_>, rows: &[&Row]) -> Result<(), StoreError> {
+    let name = ddl::table_name(table.name, copy);
+    let width = table.columns.len();
+    let row_placeholder = format!("({})", vec!["?"; width].join(", "));
+    let updates: Vec<String> = table
+        .columns
+        .iter()
+        .skip(table.key_columns)
+        .map(|column| format!("{0} = excluded.{0}", column.name))
+        .collect();
+    let per_statement = (MAX_PARAMS / width).max(1);
+    for chunk in rows.chunks(per_statement) {
+        let sql = format!(
+            "INSERT INTO {name} ({}) VALUES {} ON CONFLICT ({}) DO UPDATE SET {}",
+            column_list(table),
+            vec![row_placeholder.as_str(); chunk.len()].join(", "),
+            key_column(table),
+            updates.join(", ")
+        );
+        let mut query = sqlx::query(&sql);
+        for row in chunk {
+            for cell in row.to_cells() {
+                query = bind_cell(query, &cell);
+            }
+        }
+        query
+            .execute(&mut *conn)
+            .await
+            .map_err(|error| map(error, &format!("writing {name}")))?;
+    }
+    Ok(())
+}
+
+async fn delete(conn: &mut SqliteConnection, table: &TableSpec, copy: Copy<'_>, keys: &[&str]) -> Result<(), StoreError> {
+    let name = ddl::table_name(table.name, copy);
+    for chunk in keys.chunks(MAX_PARAMS) {
+        let sql = format!(
+            "DELETE FROM {name} WHERE {} IN ({})",
+            key_column(table),
+            vec!["?"; chunk.len()].join(", ")
+        );
+        let mut query = sqlx::query(&sql);
+        for key in chunk {
+            query = bind_cell(query, &key_cell(table, key));
+        }
+        query
+            .execute(&mut *conn)
+            .await
+            .map_err(|error| map(error, &format!("deleting from {name}")))?;
+    }
+    Ok(())
+}
+
+/// The columns of the event log, in the order [`decode_event`] reads them.
+pub const EVENT_COLUMNS: &str =
+    "seq, stream_id, stream_version, event_type, schema_version, payload, recorded_at, actor, correlation_id, causation_id";
+
+/// Decodes one log row. Anything that does not decode is Corrupt, naming the seq.
+pub fn decode_event(row: &SqliteRow) -> Result<EventEnvelope, StoreError> {
+    let seq: i64 = row.try_get(0).map_err(|error| map(error, "reading seq"))?;
+    let corrupt = |what: String| StoreError::corrupt_at(seq, what);
+    let column = |error: sqlx::Error| corrupt(error.to_string());
+    let stream_id: String = row.try_get(1).map_err(column)?;
+    let stream_version: i64 = row.try_get(2).map_err(column)?;
+    let event_type: &str = row.try_get(3).map_err(column)?;
+    let schema_version: i64 = row.try_get(4).map_err(column)?;
+    let payload: &str = row.try_get(5).map_err(column)?;
+    let recorded_at: &str = row.try_get(6).map_err(column)?;
+    let schema_version = u32::try_from(schema_version).map_err(|error| corrupt(error.to_string()))?;
+    let event = Event::decode(event_type, schema_version, payload).map_err(|error| corrupt(error.to_string()))?;
+    Ok(EventEnvelope {
+        seq,
+        stream_id: StreamId::from_stored(stream_id),
+        stream_version,
+        schema_version,
+        recorded_at: Timestamp::parse(recorded_at).map_err(corrupt)?,
+        actor: row.try_get(7).map_err(column)?,
+        correlation_id: row.try_get(8).map_err(column)?,
+        causation_id: row.try_get(9).map_err(column)?,
+        event,
+    })
+}
+
+/// Reads up to `limit` events after `after` on `conn`.
+pub async fn read_events(conn: &mut SqliteConnection, after: i64, limit: usize) -> Result<Vec<EventEnvelope>, StoreError> {
+    let sql = format!("SELECT {EVENT_COLUMNS} FROM main.media_operation_events WHERE seq > ? ORDER BY seq LIMIT ?");
+    let rows = sqlx::query(&sql)
+        .bind(after)
+        .bind(limit as i64)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(|error| map(error, "reading the event log"))?;
+    rows.iter().map(decode_event).collect()
+}
+
+/// Runs one or more SQL statements without binding anything. (sqlx's
+/// `raw_sql` future is not `Send` in every context these run in; the
+/// `Executor` path is.)
+pub async fn script(connection: &mut SqliteConnection, sql: &str) -> Result<(), sqlx::Error> {
+    sqlx::Executor::execute(&mut *connection, sql).await.map(|_| ())
+}

@@ -1,0 +1,353 @@
+//! The writer's transaction: appends, projection rows, positions, shadows.
+
+use crate::ddl::{self, Copy, SHADOW_SUFFIX};
+use crate::error::map;
+use crate::rows;
+use opledger_domain::projections::{all_specs, ProjectionSpec, Row, RowKey, TableSpec};
+use opledger_domain::EventEnvelope;
+use opledger_store::{ExpectedVersion, RowTarget, StoreError, StreamAppend, TableSet, WriteTx};
+use sqlx::{Row as _, SqliteConnection};
+use std::collections::BTreeMap;
+
+/// Rows per multi-row INSERT into the log (10 parameters each).
+const EVENTS_PER_STATEMENT: usize = 90;
+
+/// The writer connection while it holds a transaction.
+pub struct SqliteTx {
+    connection: SqliteConnection,
+    /// The log head as of this transaction, once read.
+    head: Option<i64>,
+    tables: TableSet,
+}
+
+/// What `restore` needs to undo a rolled-back piece of work's cached state.
+pub(crate) struct Checkpoint {
+    head: Option<i64>,
+}
+
+impl SqliteTx {
+    pub(crate) fn new(connection: SqliteConnection) -> Self {
+        SqliteTx {
+            connection,
+            head: None,
+            tables: TableSet::Live,
+        }
+    }
+
+    pub(crate) fn connection(&mut self) -> &mut SqliteConnection {
+        &mut self.connection
+    }
+
+    pub(crate) fn into_connection(self) -> SqliteConnection {
+        self.connection
+    }
+
+    /// Forgets cached state at the start of a transaction: another process
+    /// may have appended since.
+    pub(crate) fn begin_transaction(&mut self) {
+        self.head = None;
+        self.tables = TableSet::Live;
+    }
+
+    pub(crate) fn checkpoint(&mut self) -> Checkpoint {
+        self.tables = TableSet::Live;
+        Checkpoint { head: self.head }
+    }
+
+    pub(crate) fn restore(&mut self, checkpoint: Checkpoint) {
+        self.head = checkpoint.head;
+        self.tables = TableSet::Live;
+    }
+
+    fn copy(&self) -> Copy<'static> {
+        match self.tables {
+            TableSet::Live => Copy::Live,
+            TableSet::Shadow => Copy::Shadow,
+        }
+    }
+
+    async fn current_head(&mut self) -> Result<i64, StoreError> {
+        if let Some(head) = self.head {
+            return Ok(head);
+        }
+        let head = sqlx::query_scalar::<_, i64>("SELECT COALESCE(MAX(seq), 0) FROM media_operation_events")
+            .fetch_one(&mut self.connection)
+            .await
+            .map_err(|error| map(error, "reading the log head"))?;
+        self.head = Some(head);
+        Ok(head)
+    }
+
+    async fn stream_versions(&mut self, streams: &[&str]) -> Result<BTreeMap<String, i64>, StoreError> {
+        let mut versions = BTreeMap::new();
+        for chunk in streams.chunks(500) {
+            let sql = format!(
+                "SELECT stream_id, MAX(stream_version) FROM media_operation_events \
+                 WHERE stream_id IN ({}) GROUP BY stream_id",
+                vec!["?"; chunk.len()].join(", ")
+            );
+            let mut query = sqlx::query(&sql);
+            for stream in chunk {
+                query = query.bind(*stream);
+            }
+            for row in query
+                .fetch_all(&mut self.connection)
+                .await
+                .map_err(|error| map(error, "reading stream versions"))?
+            {
+                versions.insert(row.get::<String, _>(0), row.get::<i64, _>(1));
+            }
+        }
+        Ok(versions)
+    }
+}
+
+impl RowTarget for SqliteTx {
+    async fn load_rows(&mut self, table: &'static TableSpec, keys: &[String]) -> Result<Vec<Row>, StoreError> {
+        let copy = self.copy();
+        rows::load(&mut self.connection, table, copy, keys).await
+    }
+
+    async fn write_rows(&mut self, changes: &[(RowKey, Option<Row>)]) -> Result<(), StoreError> {
+        let order: Vec<&'static TableSpec> = all_specs().iter().flat_map(|spec| spec.tables.iter().copied()).collect();
+        let copy = self.copy();
+        rows::write(&mut self.connection, &order, copy, changes).await
+    }
+}
+
+impl WriteTx for SqliteTx {
+    async fn append(&mut self, appends: Vec<StreamAppend>) -> Result<Vec<EventEnvelope>, StoreError> {
+        let streams: Vec<&str> = appends.iter().map(|append| append.stream_id.as_str()).collect();
+        let mut versions = self.stream_versions(&streams).await?;
+        // Check every expectation before writing anything, so a refusal
+        // leaves the log untouched.
+        for append in &appends {
+            let current = versions.get(append.stream_id.as_str()).copied().unwrap_or(0);
+            let expected_ok = match append.expected {
+                ExpectedVersion::Any => true,
+                ExpectedVersion::NoStream => current == 0,
+                ExpectedVersion::Exactly(version) => current == version,
+            };
+            if !expected_ok {
+                return Err(StoreError::conflict(format!(
+                    "stream {} is at version {current}, the append expected {:?}",
+                    append.stream_id, append.expected
+                )));
+            }
+        }
+        let head = self.current_head().await?;
+        let mut envelopes = Vec::new();
+        let mut seq = head;
+        for append in appends {
+            let version = versions.entry(append.stream_id.as_str().to_string()).or_insert(0);
+            for new_event in append.events {
+                seq += 1;
+                *version += 1;
+                envelopes.push(EventEnvelope {
+                    seq,
+                    stream_id: append.stream_id.clone(),
+                    stream_version: *version,
+                    schema_version: new_event.event.schema_version(),
+                    recorded_at: new_event.recorded_at,
+                    actor: new_event.actor,
+                    correlation_id: new_event.correlation_id,
+                    causation_id: new_event.causation_id,
+                    event: new_event.event,
+                });
+            }
+        }
+        for chunk in envelopes.chunks(EVENTS_PER_STATEMENT) {
+            let sql = format!(
+                "INSERT INTO media_operation_events ({}) VALUES {}",
+                rows::EVENT_COLUMNS,
+                vec!["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"; chunk.len()].join(", ")
+            );
+            let mut query = sqlx::query(&sql);
+            for envelope in chunk {
+                query = query
+                    .bind(envelope.seq)
+                    .bind(envelope.stream_id.as_str().to_string())
+                    .bind(envelope.stream_version)
+                    .bind(envelope.event.event_type())
+                    .bind(i64::from(envelope.schema_version))
+                    .bind(envelope.event.payload_json())
+                    .bind(envelope.recorded_at.to_rfc3339())
+                    .bind(envelope.actor.clone())
+                    .bind(envelope.correlation_id.clone())
+                    .bind(envelope.causation_id.clone());
+            }
+            query
+                .execute(&mut self.connection)
+                .await
+                .map_err(|error| map(error, "appending to the event log"))?;
+        }
+        self.head = Some(seq);
+        Ok(envelopes)
+    }
+
+    async fn advance_positions(&mut self, from: i64, to: i64) -> Result<(), StoreError> {
+        let specs = all_specs();
+        let conditions = vec!["(name = ? AND version = ?)"; specs.len()].join(" OR ");
+        let sql = format!("UPDATE projection_positions SET position = ? WHERE position = ? AND ({conditions})");
+        let mut query = sqlx::query(&sql).bind(to).bind(from);
+        for spec in &specs {
+            query = query.bind(spec.name).bind(i64::from(spec.version));
+        }
+        let updated = query
+            .execute(&mut self.connection)
+            .await
+            .map_err(|error| map(error, "advancing projection positions"))?
+            .rows_affected();
+        if updated != specs.len() as u64 {
+            return Err(StoreError::conflict(format!(
+                "projections are not all at seq {from} at this build's versions; \
+                 the database was changed by another version of opledger or needs catching up (restart)"
+            )));
+        }
+        Ok(())
+    }
+
+    fn use_tables(&mut self, set: TableSet) {
+        self.tables = set;
+    }
+
+    async fn read_events(&mut self, after: i64, limit: usize) -> Result<Vec<EventEnvelope>, StoreError> {
+        rows::read_events(&mut self.connection, after, limit).await
+    }
+
+    async fn head(&mut self) -> Result<i64, StoreError> {
+        self.current_head().await
+    }
+
+    async fn create_shadow(&mut self, spec: &'static ProjectionSpec) -> Result<(), StoreError> {
+        for table in spec.tables.iter().rev() {
+            let sql = format!("DROP TABLE IF EXISTS {}", ddl::table_name(table.name, Copy::Shadow));
+            crate::rows::script(&mut self.connection, &sql).await
+                .map_err(|error| map(error, "dropping an old shadow"))?;
+        }
+        crate::rows::script(&mut self.connection, &ddl::render(spec, Copy::Shadow)).await
+            .map_err(|error| map(error, &format!("creating the shadow of {}", spec.name)))?;
+        sqlx::query(
+            "INSERT INTO projection_positions (name, version, position) VALUES (?, ?, 0) \
+             ON CONFLICT (name) DO UPDATE SET version = excluded.version, position = 0",
+        )
+        .bind(format!("{}{SHADOW_SUFFIX}", spec.name))
+        .bind(i64::from(spec.version))
+        .execute(&mut self.connection)
+        .await
+        .map_err(|error| map(error, "recording the shadow position"))?;
+        Ok(())
+    }
+
+    async fn shadow_position(&mut self, spec: &'static ProjectionSpec) -> Result<Option<i64>, StoreError> {
+        sqlx::query_scalar::<_, i64>("SELECT position FROM projection_positions WHERE name = ? AND version = ?")
+            .bind(format!("{}{SHADOW_SUFFIX}", spec.name))
+            .bind(i64::from(spec.version))
+            .fetch_optional(&mut self.connection)
+            .await
+            .map_err(|error| map(error, "reading the shadow position"))
+    }
+
+    async fn set_shadow_position(&mut self, spec: &'static ProjectionSpec, position: i64) -> Result<(), StoreError> {
+        sqlx::query("UPDATE projection_positions SET position = ? WHERE name = ?")
+            .bind(position)
+            .bind(format!("{}{SHADOW_SUFFIX}", spec.name))
+            .execute(&mut self.connection)
+            .await
+            .map_err(|error| map(error, "recording the shadow position"))?;
+        Ok(())
+    }
+
+    async fn swap_shadow(&mut self, spec: &'static ProjectionSpec) -> Result<(), StoreError> {
+        let position = self
+            .shadow_position(spec)
+            .await?
+            .ok_or_else(|| StoreError::not_found(format!("no shadow of {} to swap in", spec.name)))?;
+        let statement = |sql: String| sql;
+        let mut script = vec![statement("PRAGMA defer_foreign_keys = ON".into())];
+        // Children first, so dropping a parent cascades into nothing.
+        for table in spec.tables.iter().rev() {
+            script.push(format!("DROP TABLE IF EXISTS {}", table.name));
+        }
+        // Parents first: renaming a parent rewrites its children's references.
+        for table in spec.tables {
+            script.push(format!(
+                "ALTER TABLE {} RENAME TO {}",
+                ddl::table_name(table.name, Copy::Shadow),
+                table.name
+            ));
+        }
+        for sql in script {
+            crate::rows::script(&mut self.connection, &sql).await
+                .map_err(|error| map(error, &format!("swapping in {}: {sql}", spec.name)))?;
+        }
+        // Indexes keep their shadow names through a rename; recreate them
+        // under their live names so the next shadow can use the old ones.
+        for table in spec.tables {
+            let indexes: Vec<(String, String)> = sqlx::query_as(
+                "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = ? AND sql IS NOT NULL",
+            )
+            .bind(table.name)
+            .fetch_all(&mut self.connection)
+            .await
+            .map_err(|error| map(error, "listing shadow indexes"))?;
+            for (name, sql) in indexes {
+                if let Some(live_name) = name.strip_prefix(&format!("{}{SHADOW_SUFFIX}", table.name)) {
+                    let live_name = format!("{}{live_name}", table.name);
+                    let create = sql.replacen(&name, &live_name, 1);
+                    crate::rows::script(&mut self.connection, &format!("DROP INDEX {name}; {create}")).await
+                        .map_err(|error| map(error, "renaming a shadow index"))?;
+                }
+            }
+        }
+        sqlx::query("DELETE FROM projection_positions WHERE name = ?")
+            .bind(format!("{}{SHADOW_SUFFIX}", spec.name))
+            .execute(&mut self.connection)
+            .await
+            .map_err(|error| map(error, "dropping the shadow position"))?;
+        sqlx::query(
+            "INSERT INTO projection_positions (name, version, position) VALUES (?, ?, ?) \
+             ON CONFLICT (name) DO UPDATE SET version = excluded.version, position = excluded.position",
+        )
+        .bind(spec.name)
+        .bind(i64::from(spec.version))
+        .bind(position)
+        .execute(&mut self.connection)
+        .await
+        .map_err(|error| map(error, "recording the swapped projection"))?;
+        Ok(())
+    }
+}
+
+/// Creates the live tables of every projection the database has never had,
+/// at this build's version and position 0 (startup catches them up).
+/// Projections stored at another version are left for the shadow rebuild.
+pub(crate) async fn ensure_projection_tables(connection: &mut SqliteConnection) -> Result<(), StoreError> {
+    crate::rows::script(&mut *connection, "BEGIN IMMEDIATE").await
+        .map_err(|error| map(error, "starting schema setup"))?;
+    let result = async {
+        for spec in all_specs() {
+            let known: Option<i64> = sqlx::query_scalar("SELECT version FROM projection_positions WHERE name = ?")
+                .bind(spec.name)
+                .fetch_optional(&mut *connection)
+                .await
+                .map_err(|error| map(error, "reading projection versions"))?;
+            if known.is_none() {
+                crate::rows::script(&mut *connection, &ddl::render(spec, Copy::Live)).await
+                    .map_err(|error| map(error, &format!("creating projection {}", spec.name)))?;
+                sqlx::query("INSERT INTO projection_positions (name, version, position) VALUES (?, ?, 0)")
+                    .bind(spec.name)
+                    .bind(i64::from(spec.version))
+                    .execute(&mut *connection)
+                    .await
+                    .map_err(|error| map(error, "recording a new projection"))?;
+            }
+        }
+        Ok::<_, StoreError>(())
+    }
+    .await;
+    let end = if result.is_ok() { "COMMIT" } else { "ROLLBACK" };
+    crate::rows::script(&mut *connection, end).await
+        .map_err(|error| map(error, "finishing schema setup"))?;
+    result
+}

@@ -1,0 +1,179 @@
+//! The store contracts.
+//!
+//! Writes go through [`Store::write`]: the caller's work runs inside the
+//! backend's write transaction, where it can read projection rows, append
+//! events and write the rows its folds changed, all committed together (so a
+//! command reads its own writes and a refused command leaves nothing behind).
+//! A backend may group several callers' work into one durable commit; each
+//! piece still succeeds or fails on its own.
+
+use crate::error::StoreError;
+use crate::BoxFuture;
+use futures::stream::BoxStream;
+use opledger_domain::envelope::{EventEnvelope, NewEvent, StreamId};
+use opledger_domain::projections::{Cell, ProjectionSpec, Row, RowKey, TableSpec};
+use std::future::Future;
+
+/// The stream version an append expects to find.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExpectedVersion {
+    /// Append whatever the stream holds.
+    Any,
+    /// The stream must not exist yet.
+    NoStream,
+    /// The stream must be at exactly this version (0 = does not exist).
+    Exactly(i64),
+}
+
+/// Events for one stream, appended atomically with others of the same call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StreamAppend {
+    pub stream_id: StreamId,
+    pub expected: ExpectedVersion,
+    pub events: Vec<NewEvent>,
+}
+
+/// Where one projection stands in the log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProjectionState {
+    pub name: String,
+    pub version: u32,
+    /// The last `seq` folded in.
+    pub position: i64,
+}
+
+/// Which copy of the projection tables row operations address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TableSet {
+    /// The tables readers use.
+    Live,
+    /// A projection's shadow copy, built while the live one keeps serving.
+    Shadow,
+}
+
+/// How the live and replayed copies of one table differ.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TableDiff {
+    pub table: &'static TableSpec,
+    pub live_rows: i64,
+    pub replayed_rows: i64,
+    /// Up to a handful of differing rows: the key, the live row, the replayed row.
+    pub rows: Vec<(String, Option<Vec<Cell>>, Option<Vec<Cell>>)>,
+}
+
+/// Projection rows that folds load and write back.
+pub trait RowTarget: Send {
+    /// Loads the rows of `table` with these primary keys (absent keys are
+    /// simply missing from the answer).
+    fn load_rows(
+        &mut self,
+        table: &'static TableSpec,
+        keys: &[String],
+    ) -> impl Future<Output = Result<Vec<Row>, StoreError>> + Send;
+
+    /// Upserts `(key, Some(row))` and deletes `(key, None)`, parents before
+    /// children for upserts.
+    fn write_rows(&mut self, changes: &[(RowKey, Option<Row>)]) -> impl Future<Output = Result<(), StoreError>> + Send;
+}
+
+/// The write transaction handed to [`Store::write`] work.
+pub trait WriteTx: RowTarget {
+    /// Appends events atomically: all of them or none. Each stream's
+    /// expectation is checked; a mismatch is a Conflict and nothing of this
+    /// call is appended. Returns the stored envelopes in `seq` order.
+    fn append(&mut self, appends: Vec<StreamAppend>) -> impl Future<Output = Result<Vec<EventEnvelope>, StoreError>> + Send;
+
+    /// Records that every live projection has folded the log up to `to`.
+    /// Fails with Conflict unless each was exactly at `from` at this
+    /// build's version: inline folding must never skip an event.
+    fn advance_positions(&mut self, from: i64, to: i64) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Selects the tables that `RowTarget` operations address from now on
+    /// in this piece of work (live by default).
+    fn use_tables(&mut self, set: TableSet);
+
+    /// Reads up to `limit` events after `after`, in seq order, inside this
+    /// transaction.
+    fn read_events(&mut self, after: i64, limit: usize) -> impl Future<Output = Result<Vec<EventEnvelope>, StoreError>> + Send;
+
+    /// The highest `seq` in the log (0 when empty).
+    fn head(&mut self) -> impl Future<Output = Result<i64, StoreError>> + Send;
+
+    /// Creates empty shadow tables for `spec` (dropping leftovers of an
+    /// earlier, unfinished rebuild) with its shadow position at 0.
+    fn create_shadow(&mut self, spec: &'static ProjectionSpec) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// The shadow's position (None when no shadow exists).
+    fn shadow_position(&mut self, spec: &'static ProjectionSpec) -> impl Future<Output = Result<Option<i64>, StoreError>> + Send;
+
+    fn set_shadow_position(&mut self, spec: &'static ProjectionSpec, position: i64) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Replaces the live tables of `spec` with its shadow, records the
+    /// spec's version at the shadow's position. Atomic with the rest of
+    /// this transaction.
+    fn swap_shadow(&mut self, spec: &'static ProjectionSpec) -> impl Future<Output = Result<(), StoreError>> + Send;
+}
+
+/// A private copy of every projection table that replay folds into, and
+/// that can be compared with the live tables.
+pub trait ScratchTarget: RowTarget {
+    /// Reads up to `limit` events after `after`, in seq order.
+    fn read_events(&mut self, after: i64, limit: usize) -> impl Future<Output = Result<Vec<EventEnvelope>, StoreError>> + Send;
+
+    /// Makes the rows written so far durable in the scratch copy.
+    fn commit_chunk(&mut self) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Starts a consistent read of the live tables and returns the position
+    /// they are at (every live projection must agree). Until `compare`
+    /// finishes, `read_events` sees the same snapshot.
+    fn begin_snapshot(&mut self) -> impl Future<Output = Result<i64, StoreError>> + Send;
+
+    /// Compares every projection table, live against scratch, within the
+    /// snapshot. Returns only tables that differ.
+    fn compare(&mut self) -> impl Future<Output = Result<Vec<TableDiff>, StoreError>> + Send;
+
+    /// Removes the scratch copy.
+    fn discard(self) -> impl Future<Output = Result<(), StoreError>> + Send;
+}
+
+/// A backend: an event log with projection tables beside it.
+pub trait Store: Clone + Send + Sync + 'static {
+    type Tx: WriteTx;
+    type Scratch: ScratchTarget;
+
+    /// `sqlite` or `postgres`.
+    fn backend(&self) -> &'static str;
+
+    /// Runs `work` in a write transaction. `Ok` commits it (durably, before
+    /// this returns); `Err` rolls back everything `work` did.
+    fn write<R, E, F>(&self, work: F) -> impl Future<Output = Result<R, E>> + Send
+    where
+        R: Send + 'static,
+        E: From<StoreError> + Send + 'static,
+        F: for<'t> FnOnce(&'t mut Self::Tx) -> BoxFuture<'t, Result<R, E>> + Send + 'static;
+
+    /// Every event of one stream, in stream order.
+    fn read_stream(&self, stream_id: &StreamId) -> impl Future<Output = Result<Vec<EventEnvelope>, StoreError>> + Send;
+
+    /// Every event after `after`, in seq order, in pages of `page_size`:
+    /// memory stays constant whatever the log size.
+    fn read_all(&self, after: i64, page_size: usize) -> BoxStream<'static, Result<EventEnvelope, StoreError>>;
+
+    /// The highest `seq` in the log (0 when empty).
+    fn head(&self) -> impl Future<Output = Result<i64, StoreError>> + Send;
+
+    /// Rows of a live projection table by primary key, from a read connection.
+    fn load_rows(&self, table: &'static TableSpec, keys: &[String]) -> impl Future<Output = Result<Vec<Row>, StoreError>> + Send;
+
+    /// The stored state of every projection this build knows.
+    fn projection_states(&self) -> impl Future<Output = Result<Vec<ProjectionState>, StoreError>> + Send;
+
+    /// Counts live rows of `table` grouped by `column` (dashboards).
+    fn count_by(&self, table: &'static TableSpec, column: &'static str) -> impl Future<Output = Result<Vec<(Option<String>, i64)>, StoreError>> + Send;
+
+    /// Counts the live rows of a table.
+    fn count_rows(&self, table: &'static TableSpec) -> impl Future<Output = Result<i64, StoreError>> + Send;
+
+    /// Opens an empty scratch copy of every projection table.
+    fn open_scratch(&self) -> impl Future<Output = Result<Self::Scratch, StoreError>> + Send;
+}

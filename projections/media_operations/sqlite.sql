@@ -1,0 +1,43 @@
+-- media_operations, version 1 (SQLite). See media_registry/sqlite.sql for
+-- the t: and r: placeholders.
+CREATE TABLE {{t:media_operations}} (
+    id                 TEXT    PRIMARY KEY NOT NULL,
+    kind               TEXT    NOT NULL,
+    media_id           TEXT,
+    region_id          TEXT,
+    path               TEXT,
+    revision           TEXT,
+    inputs             TEXT    NOT NULL,
+    status             TEXT    NOT NULL CHECK (status IN (
+        'pending', 'queued', 'leased', 'running', 'retry_waiting', 'succeeded', 'no_result',
+        'missing_confirmed', 'not_applicable', 'blocked', 'failed_retryable', 'failed_terminal',
+        'dead_lettered', 'cancelled', 'interrupted', 'skipped')),
+    stage              TEXT    CHECK (stage IS NULL OR stage IN (
+        'discovered', 'settling', 'waiting_for_lock', 'queued', 'hashing', 'parsing', 'scoring',
+        'registered', 'queued_identity', 'completed')),
+    priority           INTEGER NOT NULL,
+    attempt_count      INTEGER NOT NULL CHECK (attempt_count >= 0),
+    interruption_count INTEGER NOT NULL CHECK (interruption_count >= 0),
+    claim_token        TEXT,
+    worker             TEXT,
+    lease_expires_at   TEXT,
+    available_at       TEXT,
+    cancel_requested   INTEGER NOT NULL CHECK (cancel_requested IN (0, 1)),
+    phase              TEXT,
+    processed          INTEGER CHECK (processed IS NULL OR processed >= 0),
+    total              INTEGER CHECK (total IS NULL OR total >= 0),
+    last_error         TEXT,
+    status_reason      TEXT,
+    created_at         TEXT    NOT NULL,
+    updated_at         TEXT    NOT NULL,
+    version            INTEGER NOT NULL CHECK (version >= 1),
+    -- A claimed operation has a token, a worker and a lease; any other has none.
+    CHECK ((status IN ('leased', 'running')) = (claim_token IS NOT NULL)),
+    CHECK ((claim_token IS NULL) = (worker IS NULL)),
+    CHECK ((claim_token IS NULL) = (lease_expires_at IS NULL)),
+    -- Only file ingestions carry a stage.
+    CHECK ((kind = 'ingestion.file') = (stage IS NOT NULL))
+) WITHOUT ROWID;
+
+CREATE INDEX {{t:media_operations}}_by_status ON {{r:media_operations}} (status);
+CREATE INDEX {{t:media_operations}}_by_media ON {{r:media_operations}} (media_id) WHERE media_id IS NOT NULL;

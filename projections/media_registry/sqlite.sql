@@ -1,0 +1,29 @@
+-- media_registry, version 1 (SQLite).
+-- The t: placeholder is replaced by the table's name where it is defined and
+-- the r: placeholder where it is referenced, so the same text creates the live
+-- tables, a shadow copy, or a scratch copy in another schema.
+CREATE TABLE {{t:media}} (
+    id             TEXT    PRIMARY KEY NOT NULL,
+    path           TEXT    NOT NULL,
+    media_kind     TEXT    NOT NULL,
+    content_digest TEXT,
+    byte_size      INTEGER CHECK (byte_size IS NULL OR byte_size >= 0),
+    registered_at  TEXT    NOT NULL,
+    updated_at     TEXT    NOT NULL,
+    version        INTEGER NOT NULL CHECK (version >= 1)
+) WITHOUT ROWID;
+
+CREATE INDEX {{t:media}}_by_path ON {{r:media}} (path);
+
+CREATE TABLE {{t:media_regions}} (
+    id              TEXT    PRIMARY KEY NOT NULL,
+    media_id        TEXT    NOT NULL REFERENCES {{r:media}} (id) ON DELETE CASCADE,
+    x               INTEGER NOT NULL CHECK (x >= 0),
+    y               INTEGER NOT NULL CHECK (y >= 0),
+    width           INTEGER NOT NULL CHECK (width >= 0),
+    height          INTEGER NOT NULL CHECK (height >= 0),
+    region_revision INTEGER NOT NULL,
+    created_at      TEXT    NOT NULL
+) WITHOUT ROWID;
+
+CREATE INDEX {{t:media_regions}}_by_media ON {{r:media_regions}} (media_id);
