@@ -1,1 +1,162 @@
-fn main() {}
+//! The `opledger` command: thin glue over the library crates. Parsing is
+//! clap's, work is the engine's, and exit codes are decided once, here:
+//!
+//! | code | meaning |
+//! | --- | --- |
+//! | 0 | ok |
+//! | 1 | a check found differences (`replay --verify`) |
+//! | 2 | bad usage or invalid input |
+//! | 3 | conflict: stale claim, illegal transition, version conflict |
+//! | 4 | not found |
+//! | 5 | storage unavailable or corrupt |
+
+mod bench;
+mod cli;
+mod output;
+
+use anyhow::Context;
+use clap::Parser;
+use cli::{Cli, Command, DocsCommand, MediaCommand};
+use opledger_domain::{DomainError, OperationId};
+use opledger_engine::{CommandContext, Engine, EngineError};
+use opledger_store::{ErrorKind, Store};
+use opledger_store_sqlite::{SqliteConfig, SqliteStore};
+use std::process::ExitCode;
+
+/// An error that already knows its exit code (bad usage found after parsing).
+#[derive(Debug)]
+struct UsageError(String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+/// What a successful run wants the process to exit with.
+enum Outcome {
+    Ok,
+    /// A check ran and found differences.
+    Differences,
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("OPLEDGER_LOG").unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("opledger: cannot start the async runtime: {error}");
+            return ExitCode::from(5);
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(Outcome::Ok) => ExitCode::SUCCESS,
+        Ok(Outcome::Differences) => ExitCode::from(1),
+        Err(error) => {
+            eprintln!("opledger: {error:#}");
+            ExitCode::from(exit_code(&error))
+        }
+    }
+}
+
+/// The one place errors become exit codes.
+fn exit_code(error: &anyhow::Error) -> u8 {
+    if error.downcast_ref::<UsageError>().is_some() {
+        return 2;
+    }
+    let engine_error = error
+        .chain()
+        .find_map(|cause| cause.downcast_ref::<EngineError>().cloned())
+        .or_else(|| {
+            error
+                .chain()
+                .find_map(|cause| cause.downcast_ref::<opledger_store::StoreError>().cloned())
+                .map(EngineError::Store)
+        });
+    match engine_error {
+        Some(EngineError::Domain(DomainError::InvalidInput(_))) => 2,
+        Some(EngineError::Domain(DomainError::IllegalTransition(_) | DomainError::Conflict(_))) => 3,
+        Some(EngineError::Domain(DomainError::NotFound { .. })) => 4,
+        Some(EngineError::Store(store)) => match store.kind {
+            ErrorKind::Conflict => 3,
+            ErrorKind::NotFound => 4,
+            ErrorKind::Constraint => 2,
+            ErrorKind::Unavailable | ErrorKind::Corrupt => 5,
+        },
+        None => 5,
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<Outcome> {
+    match &cli.command {
+        Command::Docs {
+            command: DocsCommand::StateMachines,
+        } => {
+            print!("{}", opledger_domain::state_machine_doc::render());
+            return Ok(Outcome::Ok);
+        }
+        Command::Bench(args) => {
+            bench::run(&cli.database_url, args).await?;
+            return Ok(Outcome::Ok);
+        }
+        _ => {}
+    }
+    if cli.database_url.starts_with("postgres://") || cli.database_url.starts_with("postgresql://") {
+        return Err(UsageError("the PostgreSQL backend is not available in this build yet".into()).into());
+    }
+    let config = SqliteConfig::from_url(&cli.database_url).map_err(UsageError)?;
+    let store = SqliteStore::open(config)
+        .await
+        .with_context(|| format!("opening {}", cli.database_url))?;
+    dispatch(store, &cli).await
+}
+
+/// Runs a command on any backend.
+async fn dispatch<S: Store>(store: S, cli: &Cli) -> anyhow::Result<Outcome> {
+    let (engine, startup) = Engine::open(store).await.context("starting up")?;
+    for (name, from, to, events) in &startup.rebuilt {
+        tracing::info!(projection = name, from, to, events, "projection rebuilt");
+    }
+    let context = CommandContext::actor("cli");
+    match &cli.command {
+        Command::Status => {
+            let report = engine.status().await?;
+            output::status(&report, cli.json);
+        }
+        Command::Timeline { operation_id } => {
+            let operation_id: OperationId = operation_id.parse().map_err(UsageError)?;
+            let events = engine.timeline(operation_id).await?;
+            output::timeline(&events, cli.json);
+        }
+        Command::Replay(args) => {
+            if !args.verify {
+                let stats = engine.replay().await?;
+                output::replay(&stats, cli.json);
+                return Ok(Outcome::Ok);
+            }
+            let report = engine.verify().await?;
+            output::verify(&report, cli.json);
+            if !report.is_identical() {
+                return Ok(Outcome::Differences);
+            }
+        }
+        Command::Media {
+            command: MediaCommand::Add { path, kind, digest, size },
+        } => {
+            let media_id = engine
+                .register_media(&context, path, kind, digest.clone(), *size)
+                .await?;
+            output::media_added(media_id, cli.json);
+        }
+        Command::Bench(_) | Command::Docs { .. } => unreachable!("handled before opening a database"),
+    }
+    Ok(Outcome::Ok)
+}

@@ -9,6 +9,7 @@
 //! dependency list is checked by `tests/architecture.rs` at the workspace root,
 //! and `clippy.toml` in this crate disallows the clock and random sources.
 
+pub mod decide;
 pub mod envelope;
 pub mod error;
 pub mod events;

@@ -1,1 +1,80 @@
-//! placeholder
+//! The opledger engine: commands that decide, append and fold in one
+//! transaction; startup (catching projections up, rebuilding changed ones
+//! through a shadow); replay and verification; the read queries behind
+//! `status` and `timeline`; and the benchmark workloads.
+//!
+//! The engine is generic over [`opledger_store::Store`] and must not know
+//! which backend it runs on: no SQL, no driver types, no error codes. It must
+//! not hold business rules either: those are the domain's (transition table,
+//! folds); the engine loads state, asks the domain, and persists the answer.
+//! It is the one place that reads the clock and makes ids, through [`Clock`]
+//! and [`Ids`], which tests replace.
+
+pub mod bench;
+mod clock;
+mod commands;
+mod error;
+mod fold;
+mod queries;
+mod replay;
+mod startup;
+
+pub use clock::{Clock, FixedClock, Ids, SequentialIds, SystemClock, UuidV7Ids};
+pub use commands::{CommandContext, NewOperation};
+pub use error::EngineError;
+pub use fold::{fold_events, FOLD_CHUNK};
+pub use queries::{ProjectionLag, StatusReport};
+pub use replay::{ReplayStats, VerifyReport};
+pub use startup::StartupReport;
+
+use opledger_store::Store;
+use std::sync::Arc;
+
+/// The engine over one store.
+#[derive(Clone)]
+pub struct Engine<S: Store> {
+    store: S,
+    clock: Arc<dyn Clock>,
+    ids: Arc<dyn Ids>,
+    /// Events per transaction in catch-up, shadow rebuilds and replay.
+    fold_chunk: usize,
+}
+
+impl<S: Store> Engine<S> {
+    /// An engine with the system clock and UUIDv7 ids. Call
+    /// [`Engine::startup`] before serving commands.
+    pub fn new(store: S) -> Self {
+        Engine::with_clock(store, Arc::new(SystemClock), Arc::new(UuidV7Ids))
+    }
+
+    pub fn with_clock(store: S, clock: Arc<dyn Clock>, ids: Arc<dyn Ids>) -> Self {
+        Engine {
+            store,
+            clock,
+            ids,
+            fold_chunk: FOLD_CHUNK,
+        }
+    }
+
+    /// Opens an engine and runs startup: the usual way to begin.
+    pub async fn open(store: S) -> Result<(Self, StartupReport), EngineError> {
+        let engine = Engine::new(store);
+        let report = engine.startup().await?;
+        Ok((engine, report))
+    }
+
+    /// Sets how many events catch-up, rebuild and replay fold per
+    /// transaction (tests use small chunks to interleave writers).
+    pub fn with_fold_chunk(mut self, fold_chunk: usize) -> Self {
+        self.fold_chunk = fold_chunk.max(1);
+        self
+    }
+
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    pub fn clock(&self) -> &dyn Clock {
+        self.clock.as_ref()
+    }
+}

@@ -238,6 +238,22 @@ impl Store for SqliteStore {
         rows::load(&mut connection, table, ddl::Copy::Live, keys).await
     }
 
+    async fn scan_table(&self, table: &'static TableSpec) -> Result<Vec<Row>, StoreError> {
+        let columns = table.column_names().collect::<Vec<_>>().join(", ");
+        let sql = format!("SELECT {columns} FROM {} ORDER BY {}", table.name, table.columns[0].name);
+        let fetched = sqlx::query(&sql)
+            .fetch_all(&self.inner.readers)
+            .await
+            .map_err(|error| error::map(error, &format!("scanning {}", table.name)))?;
+        fetched
+            .iter()
+            .map(|row| {
+                let cells = rows::decode_cells(row, table)?;
+                Row::from_cells(table, cells).map_err(|error| StoreError::corrupt(error.to_string()))
+            })
+            .collect()
+    }
+
     async fn projection_states(&self) -> Result<Vec<ProjectionState>, StoreError> {
         let fetched = sqlx::query("SELECT name, version, position FROM projection_positions ORDER BY name")
             .fetch_all(&self.inner.readers)

@@ -207,6 +207,36 @@ impl WriteTx for SqliteTx {
         Ok(())
     }
 
+    async fn advance_position(&mut self, spec: &'static ProjectionSpec, from: i64, to: i64) -> Result<(), StoreError> {
+        let updated = sqlx::query(
+            "UPDATE projection_positions SET position = ? WHERE name = ? AND version = ? AND position = ?",
+        )
+        .bind(to)
+        .bind(spec.name)
+        .bind(i64::from(spec.version))
+        .bind(from)
+        .execute(&mut self.connection)
+        .await
+        .map_err(|error| map(error, "advancing a projection position"))?
+        .rows_affected();
+        if updated != 1 {
+            return Err(StoreError::conflict(format!(
+                "projection {} is not at seq {from} at version {}",
+                spec.name, spec.version
+            )));
+        }
+        Ok(())
+    }
+
+    async fn projection_position(&mut self, spec: &'static ProjectionSpec) -> Result<Option<i64>, StoreError> {
+        sqlx::query_scalar::<_, i64>("SELECT position FROM projection_positions WHERE name = ? AND version = ?")
+            .bind(spec.name)
+            .bind(i64::from(spec.version))
+            .fetch_optional(&mut self.connection)
+            .await
+            .map_err(|error| map(error, "reading a projection position"))
+    }
+
     fn use_tables(&mut self, set: TableSet) {
         self.tables = set;
     }
@@ -263,8 +293,7 @@ impl WriteTx for SqliteTx {
             .shadow_position(spec)
             .await?
             .ok_or_else(|| StoreError::not_found(format!("no shadow of {} to swap in", spec.name)))?;
-        let statement = |sql: String| sql;
-        let mut script = vec![statement("PRAGMA defer_foreign_keys = ON".into())];
+        let mut script = vec!["PRAGMA defer_foreign_keys = ON".to_string()];
         // Children first, so dropping a parent cascades into nothing.
         for table in spec.tables.iter().rev() {
             script.push(format!("DROP TABLE IF EXISTS {}", table.name));

@@ -88,6 +88,18 @@ pub trait WriteTx: RowTarget {
     /// build's version: inline folding must never skip an event.
     fn advance_positions(&mut self, from: i64, to: i64) -> impl Future<Output = Result<(), StoreError>> + Send;
 
+    /// Moves one live projection from `from` to `to` (startup catch-up).
+    /// Conflict unless it was at `from` at this build's version.
+    fn advance_position(
+        &mut self,
+        spec: &'static ProjectionSpec,
+        from: i64,
+        to: i64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// A live projection's position, if it is stored at `spec`'s version.
+    fn projection_position(&mut self, spec: &'static ProjectionSpec) -> impl Future<Output = Result<Option<i64>, StoreError>> + Send;
+
     /// Selects the tables that `RowTarget` operations address from now on
     /// in this piece of work (live by default).
     fn use_tables(&mut self, set: TableSet);
@@ -164,6 +176,10 @@ pub trait Store: Clone + Send + Sync + 'static {
 
     /// Rows of a live projection table by primary key, from a read connection.
     fn load_rows(&self, table: &'static TableSpec, keys: &[String]) -> impl Future<Output = Result<Vec<Row>, StoreError>> + Send;
+
+    /// Every live row of a projection table, in primary-key order. For
+    /// tests, fixtures and small tables: it holds the whole table in memory.
+    fn scan_table(&self, table: &'static TableSpec) -> impl Future<Output = Result<Vec<Row>, StoreError>> + Send;
 
     /// The stored state of every projection this build knows.
     fn projection_states(&self) -> impl Future<Output = Result<Vec<ProjectionState>, StoreError>> + Send;

@@ -17,8 +17,8 @@ mod operations;
 mod working_set;
 
 pub use cells::{Cell, ColumnSpec, ColumnType, MapError, TableSpec};
-pub use media_registry::{MediaRegistry, MediaRow, RegionRow, MEDIA_REGISTRY, MEDIA_TABLE, REGIONS_TABLE};
-pub use operations::{MediaOperations, OperationRow, MEDIA_OPERATIONS, OPERATIONS_TABLE};
+pub use media_registry::{media_key, region_key, MediaRegistry, MediaRow, RegionRow, MEDIA_REGISTRY, MEDIA_TABLE, REGIONS_TABLE};
+pub use operations::{operation_key, MediaOperations, OperationRow, INGESTION_FILE, MEDIA_OPERATIONS, OPERATIONS_TABLE};
 pub use working_set::{RowKey, WorkingSet};
 
 use crate::envelope::EventEnvelope;
@@ -138,4 +138,12 @@ pub fn fold_in_memory(events: &[EventEnvelope]) -> Result<WorkingSet, FoldError>
         }
     }
     Ok(rows)
+}
+
+/// The table spec with this name, among every projection's tables.
+pub fn table_by_name(name: &str) -> Option<&'static TableSpec> {
+    all_projectors()
+        .iter()
+        .flat_map(|projector| projector.spec().tables.iter().copied())
+        .find(|table| table.name == name)
 }

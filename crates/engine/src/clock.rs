@@ -1,0 +1,72 @@
+//! Time and ids enter the system here, and only here.
+
+use opledger_domain::Timestamp;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use uuid::Uuid;
+
+/// Where commands get the time they record.
+pub trait Clock: Send + Sync {
+    fn now(&self) -> Timestamp;
+}
+
+/// The machine's clock.
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> Timestamp {
+        Timestamp::from_datetime(chrono::Utc::now())
+    }
+}
+
+/// A clock tests move by hand.
+pub struct FixedClock {
+    micros: AtomicI64,
+}
+
+impl FixedClock {
+    pub fn at(start: Timestamp) -> Self {
+        FixedClock {
+            micros: AtomicI64::new(start.as_micros()),
+        }
+    }
+
+    pub fn advance_millis(&self, millis: i64) {
+        self.micros.fetch_add(millis * 1000, Ordering::SeqCst);
+    }
+
+    pub fn set(&self, at: Timestamp) {
+        self.micros.store(at.as_micros(), Ordering::SeqCst);
+    }
+}
+
+impl Clock for FixedClock {
+    fn now(&self) -> Timestamp {
+        Timestamp::from_micros(self.micros.load(Ordering::SeqCst))
+    }
+}
+
+/// Where commands get new ids (media, operations, claim tokens, commands).
+pub trait Ids: Send + Sync {
+    fn next(&self) -> Uuid;
+}
+
+/// Time-ordered random UUIDs (v7): sortable by creation, unique across hosts.
+pub struct UuidV7Ids;
+
+impl Ids for UuidV7Ids {
+    fn next(&self) -> Uuid {
+        Uuid::now_v7()
+    }
+}
+
+/// Predictable ids for tests and fixtures: 1, 2, 3, ...
+#[derive(Default)]
+pub struct SequentialIds {
+    next: AtomicU64,
+}
+
+impl Ids for SequentialIds {
+    fn next(&self) -> Uuid {
+        Uuid::from_u128(u128::from(self.next.fetch_add(1, Ordering::SeqCst) + 1))
+    }
+}

@@ -1,0 +1,450 @@
+//! Commands: load state, ask the domain, append and fold in one transaction.
+//!
+//! Every command takes its time and ids before it enters the store's write
+//! transaction, so what it records is fixed by the command, never re-derived.
+//! Inside the transaction it reads the projected rows it decides on (its own
+//! earlier writes included), appends with the stream version it read as the
+//! expectation, and folds the new events into every projection before the
+//! transaction commits. A refusal returns before anything is appended.
+
+use crate::error::EngineError;
+use crate::fold::fold_events;
+use crate::Engine;
+use opledger_domain::decide::{decide_operation, OperationCommand};
+use opledger_domain::events::{
+    BoundingBox, Event, MediaRegistered, MediaRemoved, MediaUpdated, OperationCreated, OperationTarget, RegionAdded,
+    RegionRemoved,
+};
+use opledger_domain::projections::{
+    all_projectors, media_key, operation_key, region_key, MediaRow, OperationRow, Row, WorkingSet, MEDIA_TABLE,
+    OPERATIONS_TABLE, REGIONS_TABLE,
+};
+use opledger_domain::transitions::INITIAL_STATUSES;
+use opledger_domain::{
+    EventEnvelope, IngestionStage, MediaId, NewEvent, OperationId, OperationStatus, RegionId, StreamId, Timestamp,
+};
+use opledger_store::{ExpectedVersion, RowTarget, Store, StreamAppend, WriteTx};
+use serde_json::Value;
+
+/// Who issues a command, and which flow it belongs to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandContext {
+    /// Recorded as the events' actor: a worker id, a user, `system`.
+    pub actor: String,
+    /// Groups the events of one flow; a new id per command when absent.
+    pub correlation_id: Option<String>,
+}
+
+impl CommandContext {
+    pub fn actor(actor: impl Into<String>) -> Self {
+        CommandContext {
+            actor: actor.into(),
+            correlation_id: None,
+        }
+    }
+
+    pub fn with_correlation(mut self, correlation_id: impl Into<String>) -> Self {
+        self.correlation_id = Some(correlation_id.into());
+        self
+    }
+}
+
+/// What `create_operation` needs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewOperation {
+    pub kind: String,
+    pub target: OperationTarget,
+    pub revision: Option<String>,
+    pub inputs: Value,
+    pub status: OperationStatus,
+    pub priority: i32,
+}
+
+/// The metadata a command stamps on each event it appends.
+#[derive(Debug, Clone)]
+struct Stamp {
+    recorded_at: Timestamp,
+    actor: String,
+    correlation_id: String,
+    causation_id: String,
+}
+
+impl Stamp {
+    fn event(&self, event: Event) -> NewEvent {
+        NewEvent {
+            event,
+            recorded_at: self.recorded_at,
+            actor: self.actor.clone(),
+            correlation_id: self.correlation_id.clone(),
+            causation_id: Some(self.causation_id.clone()),
+        }
+    }
+}
+
+/// Appends, folds every projection inline, and moves their positions, all
+/// inside the caller's transaction. `rows` may hold rows the command already
+/// loaded; they are reused rather than read again.
+pub(crate) async fn commit_appends<T: WriteTx>(
+    tx: &mut T,
+    rows: &mut WorkingSet,
+    appends: Vec<StreamAppend>,
+) -> Result<Vec<EventEnvelope>, EngineError> {
+    let envelopes = tx.append(appends).await?;
+    let (Some(first), Some(last)) = (envelopes.first(), envelopes.last()) else {
+        return Ok(envelopes);
+    };
+    let (from, to) = (first.seq - 1, last.seq);
+    fold_events(tx, rows, all_projectors(), &envelopes).await?;
+    tx.advance_positions(from, to).await?;
+    Ok(envelopes)
+}
+
+async fn load_operation<T: WriteTx>(
+    tx: &mut T,
+    rows: &mut WorkingSet,
+    operation_id: OperationId,
+) -> Result<OperationRow, EngineError> {
+    let key = operation_key(operation_id);
+    let loaded = tx.load_rows(&OPERATIONS_TABLE, std::slice::from_ref(&key.key)).await?;
+    match loaded.into_iter().next() {
+        Some(Row::Operation(row)) => {
+            rows.insert_loaded(key, Some(Row::Operation(row.clone())));
+            Ok(row)
+        }
+        _ => Err(EngineError::not_found("operation", operation_id)),
+    }
+}
+
+async fn load_media<T: WriteTx>(tx: &mut T, rows: &mut WorkingSet, media_id: MediaId) -> Result<MediaRow, EngineError> {
+    let key = media_key(media_id);
+    let loaded = tx.load_rows(&MEDIA_TABLE, std::slice::from_ref(&key.key)).await?;
+    match loaded.into_iter().next() {
+        Some(Row::Media(row)) => {
+            rows.insert_loaded(key, Some(Row::Media(row.clone())));
+            Ok(row)
+        }
+        _ => Err(EngineError::not_found("media", media_id)),
+    }
+}
+
+fn single(mut envelopes: Vec<EventEnvelope>) -> EventEnvelope {
+    envelopes.pop().expect("a command that appended one event gets one envelope back")
+}
+
+impl<S: Store> Engine<S> {
+    fn stamp(&self, context: &CommandContext) -> Stamp {
+        let command_id = self.ids.next().to_string();
+        Stamp {
+            recorded_at: self.clock.now(),
+            actor: context.actor.clone(),
+            correlation_id: context.correlation_id.clone().unwrap_or_else(|| command_id.clone()),
+            causation_id: command_id,
+        }
+    }
+
+    /// Appends events as given and folds them inline. The trusted, low-level
+    /// path (fixtures, benchmarks, importers): events are checked only by the
+    /// folds, which refuse anything that contradicts the current state.
+    pub async fn append(&self, appends: Vec<StreamAppend>) -> Result<Vec<EventEnvelope>, EngineError> {
+        self.store
+            .write(move |tx: &mut S::Tx| {
+                Box::pin(async move {
+                    let mut rows = WorkingSet::default();
+                    commit_appends(tx, &mut rows, appends).await
+                })
+            })
+            .await
+    }
+
+    /// Registers a media item and returns its new id.
+    pub async fn register_media(
+        &self,
+        context: &CommandContext,
+        path: &str,
+        media_kind: &str,
+        content_digest: Option<String>,
+        byte_size: Option<i64>,
+    ) -> Result<MediaId, EngineError> {
+        if path.trim().is_empty() {
+            return Err(EngineError::invalid("a media item needs a non-empty path"));
+        }
+        if media_kind.trim().is_empty() {
+            return Err(EngineError::invalid("a media item needs a media kind"));
+        }
+        if byte_size.is_some_and(|size| size < 0) {
+            return Err(EngineError::invalid("byte size cannot be negative"));
+        }
+        let media_id = MediaId(self.ids.next());
+        let stamp = self.stamp(context);
+        let event = Event::MediaRegistered(MediaRegistered {
+            media_id,
+            path: path.to_string(),
+            media_kind: media_kind.to_string(),
+            content_digest,
+            byte_size,
+        });
+        self.append(vec![StreamAppend {
+            stream_id: StreamId::media(media_id),
+            expected: ExpectedVersion::NoStream,
+            events: vec![stamp.event(event)],
+        }])
+        .await?;
+        Ok(media_id)
+    }
+
+    /// Records a media item's new path, digest or size.
+    pub async fn update_media(
+        &self,
+        context: &CommandContext,
+        media_id: MediaId,
+        path: &str,
+        content_digest: Option<String>,
+        byte_size: Option<i64>,
+    ) -> Result<EventEnvelope, EngineError> {
+        if path.trim().is_empty() {
+            return Err(EngineError::invalid("a media item needs a non-empty path"));
+        }
+        if byte_size.is_some_and(|size| size < 0) {
+            return Err(EngineError::invalid("byte size cannot be negative"));
+        }
+        let stamp = self.stamp(context);
+        let path = path.to_string();
+        self.store
+            .write(move |tx: &mut S::Tx| {
+                Box::pin(async move {
+                    let mut rows = WorkingSet::default();
+                    let media = load_media(tx, &mut rows, media_id).await?;
+                    let event = Event::MediaUpdated(MediaUpdated {
+                        media_id,
+                        path,
+                        content_digest,
+                        byte_size,
+                    });
+                    let appends = vec![StreamAppend {
+                        stream_id: StreamId::media(media_id),
+                        expected: ExpectedVersion::Exactly(media.version),
+                        events: vec![stamp.event(event)],
+                    }];
+                    commit_appends(tx, &mut rows, appends).await.map(single)
+                })
+            })
+            .await
+    }
+
+    /// Removes a media item; its regions go with it.
+    pub async fn remove_media(
+        &self,
+        context: &CommandContext,
+        media_id: MediaId,
+        reason: &str,
+    ) -> Result<EventEnvelope, EngineError> {
+        let stamp = self.stamp(context);
+        let reason = reason.to_string();
+        self.store
+            .write(move |tx: &mut S::Tx| {
+                Box::pin(async move {
+                    let mut rows = WorkingSet::default();
+                    let media = load_media(tx, &mut rows, media_id).await?;
+                    let appends = vec![StreamAppend {
+                        stream_id: StreamId::media(media_id),
+                        expected: ExpectedVersion::Exactly(media.version),
+                        events: vec![stamp.event(Event::MediaRemoved(MediaRemoved { media_id, reason }))],
+                    }];
+                    commit_appends(tx, &mut rows, appends).await.map(single)
+                })
+            })
+            .await
+    }
+
+    /// Adds a region to a media item and returns its new id.
+    pub async fn add_region(
+        &self,
+        context: &CommandContext,
+        media_id: MediaId,
+        bbox: BoundingBox,
+        region_revision: i64,
+    ) -> Result<RegionId, EngineError> {
+        if bbox.width == 0 || bbox.height == 0 {
+            return Err(EngineError::invalid("a region needs a non-empty bounding box"));
+        }
+        let region_id = RegionId(self.ids.next());
+        let stamp = self.stamp(context);
+        self.store
+            .write(move |tx: &mut S::Tx| {
+                Box::pin(async move {
+                    let mut rows = WorkingSet::default();
+                    let media = load_media(tx, &mut rows, media_id).await?;
+                    let event = Event::RegionAdded(RegionAdded {
+                        region_id,
+                        media_id,
+                        bbox,
+                        region_revision,
+                    });
+                    let appends = vec![StreamAppend {
+                        stream_id: StreamId::media(media_id),
+                        expected: ExpectedVersion::Exactly(media.version),
+                        events: vec![stamp.event(event)],
+                    }];
+                    commit_appends(tx, &mut rows, appends).await?;
+                    Ok::<_, EngineError>(region_id)
+                })
+            })
+            .await
+    }
+
+    /// Removes one region of a media item.
+    pub async fn remove_region(
+        &self,
+        context: &CommandContext,
+        media_id: MediaId,
+        region_id: RegionId,
+        reason: &str,
+    ) -> Result<EventEnvelope, EngineError> {
+        let stamp = self.stamp(context);
+        let reason = reason.to_string();
+        self.store
+            .write(move |tx: &mut S::Tx| {
+                Box::pin(async move {
+                    let mut rows = WorkingSet::default();
+                    let media = load_media(tx, &mut rows, media_id).await?;
+                    let key = region_key(region_id);
+                    let loaded = tx.load_rows(&REGIONS_TABLE, std::slice::from_ref(&key.key)).await?;
+                    match loaded.into_iter().next() {
+                        Some(Row::Region(region)) if region.media_id == media_id => {
+                            rows.insert_loaded(key, Some(Row::Region(region)));
+                        }
+                        _ => return Err(EngineError::not_found("region", region_id)),
+                    }
+                    let event = Event::RegionRemoved(RegionRemoved {
+                        region_id,
+                        media_id,
+                        reason,
+                    });
+                    let appends = vec![StreamAppend {
+                        stream_id: StreamId::media(media_id),
+                        expected: ExpectedVersion::Exactly(media.version),
+                        events: vec![stamp.event(event)],
+                    }];
+                    commit_appends(tx, &mut rows, appends).await.map(single)
+                })
+            })
+            .await
+    }
+
+    /// Creates an operation and returns its id.
+    pub async fn create_operation(
+        &self,
+        context: &CommandContext,
+        operation: NewOperation,
+    ) -> Result<OperationId, EngineError> {
+        if operation.kind.trim().is_empty() {
+            return Err(EngineError::invalid("an operation needs a kind"));
+        }
+        if !INITIAL_STATUSES.contains(&operation.status) {
+            return Err(EngineError::invalid(format!(
+                "an operation cannot start {}; it starts one of: {}",
+                operation.status,
+                INITIAL_STATUSES.iter().map(|status| status.as_str()).collect::<Vec<_>>().join(", ")
+            )));
+        }
+        let operation_id = OperationId(self.ids.next());
+        let stamp = self.stamp(context);
+        self.store
+            .write(move |tx: &mut S::Tx| {
+                Box::pin(async move {
+                    let mut rows = WorkingSet::default();
+                    if let Some(media_id) = operation.target.media_id {
+                        load_media(tx, &mut rows, media_id).await?;
+                    }
+                    if let Some(region_id) = operation.target.region_id {
+                        let key = region_key(region_id);
+                        let loaded = tx.load_rows(&REGIONS_TABLE, std::slice::from_ref(&key.key)).await?;
+                        if loaded.is_empty() {
+                            return Err(EngineError::not_found("region", region_id));
+                        }
+                    }
+                    let event = Event::OperationCreated(OperationCreated {
+                        operation_id,
+                        kind: operation.kind,
+                        target: operation.target,
+                        revision: operation.revision,
+                        inputs: operation.inputs,
+                        status: operation.status,
+                        priority: operation.priority,
+                    });
+                    let appends = vec![StreamAppend {
+                        stream_id: StreamId::operation(operation_id),
+                        expected: ExpectedVersion::NoStream,
+                        events: vec![stamp.event(event)],
+                    }];
+                    commit_appends(tx, &mut rows, appends).await?;
+                    Ok::<_, EngineError>(operation_id)
+                })
+            })
+            .await
+    }
+
+    /// Runs one operation command: the domain decides against the current
+    /// row; the event is appended at the row's stream version.
+    pub async fn operation_command(
+        &self,
+        context: &CommandContext,
+        operation_id: OperationId,
+        command: OperationCommand,
+    ) -> Result<EventEnvelope, EngineError> {
+        let stamp = self.stamp(context);
+        self.store
+            .write(move |tx: &mut S::Tx| {
+                Box::pin(async move {
+                    let mut rows = WorkingSet::default();
+                    let row = load_operation(tx, &mut rows, operation_id).await?;
+                    let event = decide_operation(&row, command)?;
+                    let appends = vec![StreamAppend {
+                        stream_id: StreamId::operation(operation_id),
+                        expected: ExpectedVersion::Exactly(row.version),
+                        events: vec![stamp.event(event)],
+                    }];
+                    commit_appends(tx, &mut rows, appends).await.map(single)
+                })
+            })
+            .await
+    }
+
+    /// Claims a queued operation for `worker` with a lease of `lease_ms`;
+    /// returns the new claim token.
+    pub async fn claim_operation(
+        &self,
+        context: &CommandContext,
+        operation_id: OperationId,
+        worker: &str,
+        lease_ms: i64,
+    ) -> Result<String, EngineError> {
+        if lease_ms <= 0 {
+            return Err(EngineError::invalid("a lease must be longer than zero"));
+        }
+        let claim_token = self.ids.next().to_string();
+        let lease_expires_at = self.clock.now().plus_millis(lease_ms);
+        self.operation_command(
+            context,
+            operation_id,
+            OperationCommand::Claim {
+                claim_token: claim_token.clone(),
+                worker: worker.to_string(),
+                lease_expires_at,
+            },
+        )
+        .await?;
+        Ok(claim_token)
+    }
+
+    /// Moves a file ingestion to a later stage.
+    pub async fn change_stage(
+        &self,
+        context: &CommandContext,
+        operation_id: OperationId,
+        stage: IngestionStage,
+    ) -> Result<EventEnvelope, EngineError> {
+        self.operation_command(context, operation_id, OperationCommand::ChangeStage { stage })
+            .await
+    }
+}

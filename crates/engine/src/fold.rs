@@ -1,0 +1,58 @@
+//! Runs the domain's folds against a store target: load the rows the events
+//! touch, fold in memory, write back what changed. One routine serves the
+//! inline path, startup catch-up, shadow rebuilds and replay, so they cannot
+//! disagree about what an event does.
+
+use crate::error::EngineError;
+use opledger_domain::projections::{table_by_name, Projector, RowKey, WorkingSet};
+use opledger_domain::EventEnvelope;
+use opledger_store::{RowTarget, StoreError};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Events folded per store round trip when catching up or replaying.
+pub const FOLD_CHUNK: usize = 10_000;
+
+/// Folds `events` (in seq order) into `target` with `projectors`, using
+/// `rows` as the cache of known rows. Writes every changed row before
+/// returning; the cache keeps the rows for the next call.
+pub async fn fold_events<T: RowTarget>(
+    target: &mut T,
+    rows: &mut WorkingSet,
+    projectors: &[&dyn Projector],
+    events: &[EventEnvelope],
+) -> Result<(), EngineError> {
+    let mut keys: Vec<RowKey> = Vec::new();
+    for event in events {
+        for projector in projectors {
+            projector.keys(event, &mut keys);
+        }
+    }
+    let mut missing: BTreeMap<&'static str, BTreeSet<String>> = BTreeMap::new();
+    for key in keys {
+        if !rows.is_known(&key) {
+            missing.entry(key.table).or_default().insert(key.key);
+        }
+    }
+    for (table_name, keys) in missing {
+        let table = table_by_name(table_name)
+            .ok_or_else(|| StoreError::corrupt(format!("a fold named unknown table {table_name}")))?;
+        let keys: Vec<String> = keys.into_iter().collect();
+        let loaded = target.load_rows(table, &keys).await?;
+        for key in keys {
+            rows.insert_loaded(RowKey { table: table.name, key }, None);
+        }
+        for row in loaded {
+            rows.insert_loaded(row.key(), Some(row));
+        }
+    }
+    for event in events {
+        for projector in projectors {
+            projector.apply(event, rows)?;
+        }
+    }
+    let changes = rows.take_dirty();
+    if !changes.is_empty() {
+        target.write_rows(&changes).await?;
+    }
+    Ok(())
+}

@@ -1,0 +1,184 @@
+//! Replay: rebuild every projection from the log into a scratch copy, and
+//! verification: compare that copy with the live tables, row by row.
+//!
+//! Replay never reads the clock: every time a fold needs is in an event.
+//! Memory is bounded whatever the log size: events are read a chunk at a
+//! time and the row cache is dropped whenever it outgrows its limit (rows
+//! are always written back before that, so a dropped row is re-read).
+
+use crate::error::EngineError;
+use crate::fold::fold_events;
+use crate::Engine;
+use opledger_domain::projections::{all_projectors, WorkingSet};
+use opledger_domain::projections::Cell;
+use opledger_store::{ScratchTarget, Store, StoreError, TableDiff};
+use std::fmt::Write;
+use std::time::{Duration, Instant};
+
+/// Rows kept in the replay cache before it is dropped.
+const CACHE_ROWS: usize = 100_000;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplayStats {
+    /// Events folded.
+    pub events: u64,
+    /// The seq replay reached.
+    pub position: i64,
+    pub elapsed: Duration,
+}
+
+/// The outcome of `replay --verify`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VerifyReport {
+    /// The position both copies were compared at.
+    pub position: i64,
+    pub events: u64,
+    pub diffs: Vec<TableDiff>,
+}
+
+impl VerifyReport {
+    pub fn is_identical(&self) -> bool {
+        self.diffs.is_empty()
+    }
+
+    /// A readable account of every difference: per table, the row counts and
+    /// for each differing row the columns whose values differ.
+    pub fn render(&self) -> String {
+        let mut text = String::new();
+        for diff in &self.diffs {
+            let _ = writeln!(
+                text,
+                "table {}: {} live rows, {} replayed rows",
+                diff.table.name, diff.live_rows, diff.replayed_rows
+            );
+            for (key, live, replayed) in &diff.rows {
+                match (live, replayed) {
+                    (Some(_), None) => {
+                        let _ = writeln!(text, "  {key}: only in the live table");
+                    }
+                    (None, Some(_)) => {
+                        let _ = writeln!(text, "  {key}: missing from the live table");
+                    }
+                    (Some(live), Some(replayed)) => {
+                        let _ = writeln!(text, "  {key}:");
+                        for (column, (live, replayed)) in diff.table.columns.iter().zip(live.iter().zip(replayed)) {
+                            if live != replayed {
+                                let _ = writeln!(
+                                    text,
+                                    "    {}: live {} != replayed {}",
+                                    column.name,
+                                    show(live),
+                                    show(replayed)
+                                );
+                            }
+                        }
+                    }
+                    (None, None) => {}
+                }
+            }
+        }
+        text
+    }
+}
+
+fn show(cell: &Cell) -> String {
+    cell.to_string()
+}
+
+/// Folds every event after `position` (up to `until`, when given) into the
+/// scratch copy, chunk by chunk. Returns the new position and the count.
+async fn fold_into_scratch<T: ScratchTarget>(
+    scratch: &mut T,
+    rows: &mut WorkingSet,
+    mut position: i64,
+    until: Option<i64>,
+    chunk: usize,
+    commit_chunks: bool,
+) -> Result<(i64, u64), EngineError> {
+    let mut folded = 0u64;
+    loop {
+        let mut events = scratch.read_events(position, chunk).await?;
+        let complete = events.len() < chunk;
+        if let Some(until) = until {
+            events.retain(|event| event.seq <= until);
+        }
+        let Some(last) = events.last().map(|event| event.seq) else {
+            return Ok((position, folded));
+        };
+        fold_events(scratch, rows, all_projectors(), &events).await?;
+        folded += events.len() as u64;
+        position = last;
+        if commit_chunks {
+            scratch.commit_chunk().await?;
+        }
+        if rows.len() > CACHE_ROWS {
+            rows.clear();
+        }
+        if complete || until.is_some_and(|until| position >= until) {
+            return Ok((position, folded));
+        }
+    }
+}
+
+impl<S: Store> Engine<S> {
+    /// Rebuilds every projection from an empty state into a scratch copy.
+    /// The caller compares or discards it.
+    pub async fn replay_into_scratch(&self) -> Result<(S::Scratch, WorkingSet, ReplayStats), EngineError> {
+        let started = Instant::now();
+        let mut scratch = self.store.open_scratch().await?;
+        let mut rows = WorkingSet::default();
+        let (position, events) = fold_into_scratch(&mut scratch, &mut rows, 0, None, self.fold_chunk, true).await?;
+        Ok((
+            scratch,
+            rows,
+            ReplayStats {
+                events,
+                position,
+                elapsed: started.elapsed(),
+            },
+        ))
+    }
+
+    /// Replays the whole log and throws the result away: the replay benchmark.
+    pub async fn replay(&self) -> Result<ReplayStats, EngineError> {
+        let (scratch, _, stats) = self.replay_into_scratch().await?;
+        scratch.discard().await?;
+        Ok(stats)
+    }
+
+    /// Rebuilds every projection into scratch tables and compares them with
+    /// the live ones, at one consistent position of the log.
+    pub async fn verify(&self) -> Result<VerifyReport, EngineError> {
+        let (mut scratch, mut rows, stats) = self.replay_into_scratch().await?;
+        let result = async {
+            let live_position = scratch.begin_snapshot().await?;
+            if live_position < stats.position {
+                return Err(EngineError::Store(StoreError::conflict(format!(
+                    "the live projections are at seq {live_position} but the log reaches {}; \
+                     restart opledger to catch them up",
+                    stats.position
+                ))));
+            }
+            // Writers may have appended since the replay read its last chunk;
+            // fold up to the snapshot's position inside the snapshot.
+            let (position, more) = fold_into_scratch(
+                &mut scratch,
+                &mut rows,
+                stats.position,
+                Some(live_position),
+                self.fold_chunk,
+                false,
+            )
+            .await?;
+            let diffs = scratch.compare().await?;
+            Ok(VerifyReport {
+                position,
+                events: stats.events + more,
+                diffs,
+            })
+        }
+        .await;
+        scratch.discard().await?;
+        result
+    }
+}
