@@ -1,1 +1,207 @@
-pub async fn run(_url: &str, _args: &crate::cli::BenchArgs) -> anyhow::Result<()> { anyhow::bail!("todo") }
+//! `opledger bench`: runs a workload on fresh databases and prints one JSON
+//! object with our figure, the raw floor measured in the same run, and the
+//! ratio. Tests never assert on these numbers; people read them.
+
+use crate::cli::{BenchArgs, Workload};
+use anyhow::Context;
+use opledger_domain::Timestamp;
+use opledger_engine::bench::LifecycleWorkload;
+use opledger_engine::Engine;
+use opledger_store::Store;
+use opledger_store_sqlite::floor::{self, FloorRow};
+use opledger_store_sqlite::{SqliteConfig, SqliteStore, Synchronous};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+const START: i64 = 1_796_000_000_000_000;
+
+pub async fn run(database_url: &str, args: &BenchArgs) -> anyhow::Result<()> {
+    if database_url.starts_with("postgres") {
+        anyhow::bail!("the PostgreSQL backend is not available in this build yet");
+    }
+    // The benchmark never touches the user's database: it takes the backend
+    // and options from the URL and builds its own files.
+    let template = SqliteConfig::from_url(database_url).map_err(|error| anyhow::anyhow!(error))?;
+    let temporary;
+    let dir: PathBuf = match &args.dir {
+        Some(dir) => {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            dir.clone()
+        }
+        None => {
+            temporary = tempdir_in_target()?;
+            temporary.path().to_path_buf()
+        }
+    };
+    let report = match args.workload {
+        Workload::Append => append(&template, &dir, args).await?,
+        Workload::Replay => replay(&template, &dir, args).await?,
+    };
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    Ok(())
+}
+
+/// A temporary folder on the same file system as the current directory, so
+/// the benchmark measures the disk the user's database would live on.
+fn tempdir_in_target() -> anyhow::Result<tempfile::TempDir> {
+    tempfile::Builder::new()
+        .prefix(".opledger-bench-")
+        .tempdir_in(".")
+        .context("creating a benchmark folder in the current directory")
+}
+
+async fn fresh_store(template: &SqliteConfig, dir: &Path, name: &str) -> anyhow::Result<SqliteStore> {
+    let path = dir.join(name);
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+    let mut config = SqliteConfig::at(path);
+    config.synchronous = template.synchronous;
+    Ok(SqliteStore::open(config).await?)
+}
+
+fn per_second(count: u64, elapsed: Duration) -> f64 {
+    count as f64 / elapsed.as_secs_f64().max(1e-9)
+}
+
+fn floor_rows(appends: &[opledger_store::StreamAppend]) -> Vec<FloorRow> {
+    let mut rows = Vec::new();
+    for append in appends {
+        for (index, event) in append.events.iter().enumerate() {
+            rows.push(FloorRow {
+                stream_id: append.stream_id.to_string(),
+                stream_version: index as i64 + 1,
+                event_type: event.event.event_type(),
+                payload: event.event.payload_json(),
+                recorded_at: event.recorded_at.to_rfc3339(),
+                actor: event.actor.clone(),
+                correlation_id: event.correlation_id.clone(),
+            });
+        }
+    }
+    rows
+}
+
+fn synchronous_name(template: &SqliteConfig) -> &'static str {
+    match template.synchronous {
+        Synchronous::Full => "full",
+        Synchronous::Normal => "normal",
+    }
+}
+
+async fn append(template: &SqliteConfig, dir: &Path, args: &BenchArgs) -> anyhow::Result<Value> {
+    let start = Timestamp::from_micros(START);
+
+    // Batched: `batch` events a transaction, inline projections.
+    let appends = LifecycleWorkload::new(start).appends(args.events);
+    let events: u64 = appends.iter().map(|append| append.events.len() as u64).sum();
+    let rows = floor_rows(&appends);
+    let batches = LifecycleWorkload::batches(appends, args.batch);
+    let store = fresh_store(template, dir, "bench-append-batched.db").await?;
+    let (engine, _) = Engine::open(store).await?;
+    let started = Instant::now();
+    for batch in batches {
+        engine.append(batch).await?;
+    }
+    let ours = started.elapsed();
+    let floor_store = fresh_store(template, dir, "bench-append-floor.db").await?;
+    let floor_elapsed = floor::plain_inserts(&floor_store, &rows, args.batch).await?;
+
+    // Unbatched: one event per transaction.
+    let single_appends = LifecycleWorkload::new(start).appends(args.unbatched_events);
+    let single_rows = floor_rows(&single_appends);
+    let singles = LifecycleWorkload::one_event_each(single_appends);
+    let single_events = singles.len() as u64;
+    let store = fresh_store(template, dir, "bench-append-unbatched.db").await?;
+    let (engine, _) = Engine::open(store).await?;
+    let started = Instant::now();
+    for single in singles {
+        engine.append(vec![single]).await?;
+    }
+    let ours_single = started.elapsed();
+    let floor_store = fresh_store(template, dir, "bench-append-floor-unbatched.db").await?;
+    let floor_single = floor::plain_inserts(&floor_store, &single_rows, 1).await?;
+
+    let batched_rate = per_second(events, ours);
+    let floor_rate = per_second(events, floor_elapsed);
+    let single_rate = per_second(single_events, ours_single);
+    let floor_single_rate = per_second(single_events, floor_single);
+    Ok(json!({
+        "workload": "append",
+        "backend": engine.store().backend(),
+        "synchronous": synchronous_name(template),
+        "batched": {
+            "events": events,
+            "events_per_transaction": args.batch,
+            "seconds": ours.as_secs_f64(),
+            "events_per_sec": batched_rate.round(),
+            "floor_events_per_sec": floor_rate.round(),
+            "ratio_to_floor": round3(batched_rate / floor_rate),
+        },
+        "unbatched": {
+            "events": single_events,
+            "events_per_transaction": 1,
+            "seconds": ours_single.as_secs_f64(),
+            "events_per_sec": single_rate.round(),
+            "floor_events_per_sec": floor_single_rate.round(),
+            "ratio_to_floor": round3(single_rate / floor_single_rate),
+        },
+        "floor": "plain prepared INSERTs of the same rows into a table with the log's columns and stream index, no triggers, no projections, same transaction sizes, same synchronous setting",
+    }))
+}
+
+fn round3(value: f64) -> f64 {
+    (value * 1000.0).round() / 1000.0
+}
+
+/// The process's peak resident set size in bytes (VmHWM), when readable.
+fn peak_rss() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|line| line.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// Resets the peak RSS to the current RSS (Linux: writing 5 to clear_refs),
+/// so the peak measured afterwards belongs to the replay alone.
+fn reset_peak_rss() -> bool {
+    std::fs::write("/proc/self/clear_refs", "5").is_ok()
+}
+
+async fn replay(template: &SqliteConfig, dir: &Path, args: &BenchArgs) -> anyhow::Result<Value> {
+    let store = fresh_store(template, dir, "bench-replay.db").await?;
+    let (engine, _) = Engine::open(store).await?;
+    let mut workload = LifecycleWorkload::new(Timestamp::from_micros(START));
+    let build_started = Instant::now();
+    let mut built = 0u64;
+    while built < args.events {
+        let appends = workload.appends((args.events - built).min(100_000));
+        built += appends.iter().map(|append| append.events.len() as u64).sum::<u64>();
+        for batch in LifecycleWorkload::batches(appends, 1000) {
+            engine.append(batch).await?;
+        }
+    }
+    let build = build_started.elapsed();
+
+    let peak_reset = reset_peak_rss();
+    let stats = engine.replay().await?;
+    let peak = peak_rss();
+    let (floor_events, floor_elapsed) = floor::plain_scan(engine.store()).await?;
+    let rate = per_second(stats.events, stats.elapsed);
+    let floor_rate = per_second(floor_events, floor_elapsed);
+    Ok(json!({
+        "workload": "replay",
+        "backend": engine.store().backend(),
+        "synchronous": synchronous_name(template),
+        "events": stats.events,
+        "seconds": stats.elapsed.as_secs_f64(),
+        "events_per_sec": rate.round(),
+        "floor_events_per_sec": floor_rate.round(),
+        "ratio_to_floor": round3(rate / floor_rate),
+        "peak_rss_mib": peak.map(|bytes| round3(bytes as f64 / 1_048_576.0)),
+        "peak_rss_is_replay_only": peak_reset,
+        "log_build_events_per_sec": per_second(built, build).round(),
+        "floor": "one plain SELECT over the whole log, decoding every payload with serde_json into an untyped value",
+    }))
+}

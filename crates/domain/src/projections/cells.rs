@@ -63,6 +63,24 @@ pub enum Cell {
     Json(String),
 }
 
+impl Cell {
+    /// The value as JSON: NULL is null, JSON columns are embedded parsed
+    /// (or as their text when they do not parse), times and ids are strings.
+    pub fn to_json(&self) -> serde_json::Value {
+        use serde_json::Value;
+        match self {
+            Cell::Null => Value::Null,
+            Cell::Integer(value) => Value::from(*value),
+            Cell::Real(value) => Value::from(*value),
+            Cell::Text(value) => Value::from(value.as_str()),
+            Cell::Json(value) => serde_json::from_str(value).unwrap_or_else(|_| Value::from(value.as_str())),
+            Cell::Bool(value) => Value::from(*value),
+            Cell::Timestamp(value) => Value::from(value.to_rfc3339()),
+            Cell::Uuid(value) => Value::from(value.hyphenated().to_string()),
+        }
+    }
+}
+
 impl fmt::Display for Cell {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
