@@ -44,9 +44,7 @@ enum Outcome {
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("OPLEDGER_LOG").unwrap_or_else(|_| "warn".into()),
-        )
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("OPLEDGER_LOG").unwrap_or_else(|_| "warn".into()))
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
@@ -149,7 +147,13 @@ async fn dispatch<S: Store>(store: S, cli: &Cli) -> anyhow::Result<Outcome> {
             }
         }
         Command::Media {
-            command: MediaCommand::Add { path, kind, digest, size },
+            command:
+                MediaCommand::Add {
+                    path,
+                    kind,
+                    digest,
+                    size,
+                },
         } => {
             let media_id = engine
                 .register_media(&context, path, kind, digest.clone(), *size)

@@ -5,7 +5,10 @@ use opledger_engine::{ReplayStats, StatusReport, VerifyReport};
 use serde_json::{json, Value};
 
 fn print_json(value: &Value) {
-    println!("{}", serde_json::to_string_pretty(value).expect("JSON values always serialize"));
+    println!(
+        "{}",
+        serde_json::to_string_pretty(value).expect("JSON values always serialize")
+    );
 }
 
 pub fn status(report: &StatusReport, as_json: bool) {
@@ -110,17 +113,17 @@ pub fn verify(report: &VerifyReport, as_json: bool) {
                 let rows: Vec<Value> = diff
                     .rows
                     .iter()
-                    .map(|(key, live, replayed)| {
+                    .map(|row| {
                         let render = |cells: &Option<Vec<opledger_domain::projections::Cell>>| {
                             cells.as_ref().map(|cells| {
                                 columns
                                     .iter()
                                     .zip(cells)
-                                    .map(|(column, cell)| (column.to_string(), json!(cell.to_string())))
+                                    .map(|(column, cell)| (column.to_string(), cell.to_json()))
                                     .collect::<serde_json::Map<_, _>>()
                             })
                         };
-                        json!({"key": key, "live": render(live), "replayed": render(replayed)})
+                        json!({"key": row.key, "live": render(&row.live), "replayed": render(&row.replayed)})
                     })
                     .collect();
                 json!({

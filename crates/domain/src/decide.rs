@@ -19,21 +19,31 @@ use serde_json::Value;
 #[derive(Debug, Clone, PartialEq)]
 pub enum OperationCommand {
     /// A cause whose event carries only a reason (enqueue, block, skip, ...).
-    Transition { cause: Cause, reason: String },
+    Transition {
+        cause: Cause,
+        reason: String,
+    },
     Claim {
         claim_token: String,
         worker: String,
         lease_expires_at: Timestamp,
     },
-    Start { claim_token: String },
+    Start {
+        claim_token: String,
+    },
     Progress {
         claim_token: String,
         phase: String,
         processed: i64,
         total: Option<i64>,
     },
-    ChangeStage { stage: IngestionStage },
-    Succeed { claim_token: String, output: Value },
+    ChangeStage {
+        stage: IngestionStage,
+    },
+    Succeed {
+        claim_token: String,
+        output: Value,
+    },
     Fail {
         claim_token: String,
         error: String,
@@ -44,8 +54,12 @@ pub enum OperationCommand {
         backoff_ms: i64,
         jitter_ms: i64,
     },
-    Interrupt { reason: String },
-    RequestCancel { reason: String },
+    Interrupt {
+        reason: String,
+    },
+    RequestCancel {
+        reason: String,
+    },
 }
 
 fn require_claim(row: &OperationRow, claim_token: &str) -> Result<(), DomainError> {
@@ -82,7 +96,9 @@ pub fn decide_operation(row: &OperationRow, command: OperationCommand) -> Result
         } => {
             check(Cause::Claim)?;
             if claim_token.is_empty() || worker.is_empty() {
-                return Err(DomainError::InvalidInput("a claim needs a token and a worker name".into()));
+                return Err(DomainError::InvalidInput(
+                    "a claim needs a token and a worker name".into(),
+                ));
             }
             Event::OperationClaimed(OperationClaimed {
                 operation_id,
@@ -122,11 +138,16 @@ pub fn decide_operation(row: &OperationRow, command: OperationCommand) -> Result
         }
         OperationCommand::ChangeStage { stage } => {
             if row.kind != INGESTION_FILE {
-                return Err(DomainError::InvalidInput(format!("{} operations have no stage", row.kind)));
+                return Err(DomainError::InvalidInput(format!(
+                    "{} operations have no stage",
+                    row.kind
+                )));
             }
             if let Some(current) = row.stage {
                 if stage.rank() <= current.rank() {
-                    return Err(DomainError::Conflict(format!("stage cannot go from {current} to {stage}")));
+                    return Err(DomainError::Conflict(format!(
+                        "stage cannot go from {current} to {stage}"
+                    )));
                 }
             }
             Event::OperationStageChanged(OperationStageChanged { operation_id, stage })
@@ -146,7 +167,11 @@ pub fn decide_operation(row: &OperationRow, command: OperationCommand) -> Result
             retryable,
         } => {
             require_claim(row, &claim_token)?;
-            check(if retryable { Cause::FailRetryable } else { Cause::FailTerminal })?;
+            check(if retryable {
+                Cause::FailRetryable
+            } else {
+                Cause::FailTerminal
+            })?;
             Event::OperationFailed(OperationFailed {
                 operation_id,
                 claim_token: Some(claim_token),
@@ -161,7 +186,9 @@ pub fn decide_operation(row: &OperationRow, command: OperationCommand) -> Result
         } => {
             check(Cause::ScheduleRetry)?;
             if backoff_ms < 0 || jitter_ms < 0 {
-                return Err(DomainError::InvalidInput("backoff and jitter cannot be negative".into()));
+                return Err(DomainError::InvalidInput(
+                    "backoff and jitter cannot be negative".into(),
+                ));
             }
             Event::OperationRetryScheduled(OperationRetryScheduled {
                 operation_id,

@@ -43,7 +43,10 @@ pub fn render() -> String {
             "| `{}` | `{}` | {} |",
             rule.cause.as_str(),
             rule.destination.as_str(),
-            from.iter().map(|name| format!("`{name}`")).collect::<Vec<_>>().join(", ")
+            from.iter()
+                .map(|name| format!("`{name}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
         );
     }
     let terminal: Vec<String> = OperationStatus::ALL
@@ -65,7 +68,10 @@ pub fn render() -> String {
         let _ = writeln!(doc, "    {} --> {}", pair[0].as_str(), pair[1].as_str());
     }
     doc.push_str("```\n\n## Capability status\n\n");
-    let capabilities: Vec<String> = CapabilityStatus::ALL.iter().map(|status| format!("`{status}`")).collect();
+    let capabilities: Vec<String> = CapabilityStatus::ALL
+        .iter()
+        .map(|status| format!("`{status}`"))
+        .collect();
     let _ = writeln!(doc, "The capability vocabulary: {}.", capabilities.join(", "));
     doc
 }

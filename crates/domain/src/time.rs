@@ -36,8 +36,7 @@ impl Timestamp {
     /// RFC 3339 with exactly six fractional digits and `Z`, e.g.
     /// `2026-11-30T09:47:24.000000Z`. Fixed width, so text order is time order.
     pub fn to_rfc3339(self) -> String {
-        self.to_datetime()
-            .to_rfc3339_opts(SecondsFormat::Micros, true)
+        self.to_datetime().to_rfc3339_opts(SecondsFormat::Micros, true)
     }
 
     pub fn parse(text: &str) -> Result<Self, String> {

@@ -144,13 +144,41 @@ pub const INITIAL_STATUSES: &[OperationStatus] = &[Pending, Queued, Blocked];
 
 /// The transition table. Order follows [`Cause::ALL`].
 pub const TABLE: &[Rule] = &[
-    Rule { cause: Cause::Enqueue, from: &[Pending], destination: Queued },
-    Rule { cause: Cause::Block, from: &[Pending, Queued, RetryWaiting], destination: Blocked },
-    Rule { cause: Cause::Unblock, from: &[Blocked], destination: Pending },
-    Rule { cause: Cause::Claim, from: &[Queued, RetryWaiting], destination: Leased },
-    Rule { cause: Cause::Start, from: &[Leased], destination: Running },
-    Rule { cause: Cause::Succeed, from: &[Leased, Running], destination: Succeeded },
-    Rule { cause: Cause::FindNothing, from: &[Leased, Running], destination: NoResult },
+    Rule {
+        cause: Cause::Enqueue,
+        from: &[Pending],
+        destination: Queued,
+    },
+    Rule {
+        cause: Cause::Block,
+        from: &[Pending, Queued, RetryWaiting],
+        destination: Blocked,
+    },
+    Rule {
+        cause: Cause::Unblock,
+        from: &[Blocked],
+        destination: Pending,
+    },
+    Rule {
+        cause: Cause::Claim,
+        from: &[Queued, RetryWaiting],
+        destination: Leased,
+    },
+    Rule {
+        cause: Cause::Start,
+        from: &[Leased],
+        destination: Running,
+    },
+    Rule {
+        cause: Cause::Succeed,
+        from: &[Leased, Running],
+        destination: Succeeded,
+    },
+    Rule {
+        cause: Cause::FindNothing,
+        from: &[Leased, Running],
+        destination: NoResult,
+    },
     Rule {
         cause: Cause::ConfirmMissing,
         from: &[Pending, Queued, Leased, Running, RetryWaiting, Blocked],
@@ -161,8 +189,16 @@ pub const TABLE: &[Rule] = &[
         from: &[Pending, Queued, Leased, Running, Blocked],
         destination: NotApplicable,
     },
-    Rule { cause: Cause::Skip, from: &[Pending, Queued, Blocked], destination: Skipped },
-    Rule { cause: Cause::FailRetryable, from: &[Leased, Running], destination: FailedRetryable },
+    Rule {
+        cause: Cause::Skip,
+        from: &[Pending, Queued, Blocked],
+        destination: Skipped,
+    },
+    Rule {
+        cause: Cause::FailRetryable,
+        from: &[Leased, Running],
+        destination: FailedRetryable,
+    },
     Rule {
         cause: Cause::FailTerminal,
         from: &[Leased, Running, FailedRetryable, Interrupted],
@@ -173,17 +209,45 @@ pub const TABLE: &[Rule] = &[
         from: &[FailedRetryable, Interrupted],
         destination: RetryWaiting,
     },
-    Rule { cause: Cause::DeadLetter, from: &[FailedRetryable], destination: DeadLettered },
-    Rule { cause: Cause::Interrupt, from: &[Leased, Running], destination: Interrupted },
-    Rule { cause: Cause::Requeue, from: &[Interrupted], destination: Queued },
+    Rule {
+        cause: Cause::DeadLetter,
+        from: &[FailedRetryable],
+        destination: DeadLettered,
+    },
+    Rule {
+        cause: Cause::Interrupt,
+        from: &[Leased, Running],
+        destination: Interrupted,
+    },
+    Rule {
+        cause: Cause::Requeue,
+        from: &[Interrupted],
+        destination: Queued,
+    },
     Rule {
         cause: Cause::Cancel,
-        from: &[Pending, Queued, Leased, Running, RetryWaiting, Blocked, FailedRetryable, Interrupted],
+        from: &[
+            Pending,
+            Queued,
+            Leased,
+            Running,
+            RetryWaiting,
+            Blocked,
+            FailedRetryable,
+            Interrupted,
+        ],
         destination: Cancelled,
     },
     Rule {
         cause: Cause::Reopen,
-        from: &[FailedTerminal, DeadLettered, Cancelled, MissingConfirmed, NoResult, Skipped],
+        from: &[
+            FailedTerminal,
+            DeadLettered,
+            Cancelled,
+            MissingConfirmed,
+            NoResult,
+            Skipped,
+        ],
         destination: Queued,
     },
 ];
@@ -311,7 +375,12 @@ mod tests {
             .iter()
             .map(|rule| {
                 let from: Vec<&str> = rule.from.iter().map(|status| status.as_str()).collect();
-                format!("{:<20} {:<18} <- {}", rule.cause.as_str(), rule.destination.as_str(), from.join(", "))
+                format!(
+                    "{:<20} {:<18} <- {}",
+                    rule.cause.as_str(),
+                    rule.destination.as_str(),
+                    from.join(", ")
+                )
             })
             .collect();
         insta::assert_snapshot!(rows.join("\n"));

@@ -51,7 +51,9 @@ impl LifecycleWorkload {
         let item = self.next_item;
         self.next_item += 1;
         let media_index = item / (OPERATIONS_PER_MEDIA + 1);
-        let media_id = MediaId(Uuid::from_u128(0x6d65_6469_6100_0000_0000_0000_0000_0000 | u128::from(media_index)));
+        let media_id = MediaId(Uuid::from_u128(
+            0x6d65_6469_6100_0000_0000_0000_0000_0000 | u128::from(media_index),
+        ));
         let correlation = format!("bench-batch-{media_index}");
         if item % (OPERATIONS_PER_MEDIA + 1) == 0 {
             let event = Event::MediaRegistered(MediaRegistered {
@@ -66,7 +68,9 @@ impl LifecycleWorkload {
                 events: vec![self.stamp(item, event, "ingest", &correlation)],
             };
         }
-        let operation_id = OperationId(Uuid::from_u128(0x6f70_0000_0000_0000_0000_0000_0000_0000 | u128::from(item)));
+        let operation_id = OperationId(Uuid::from_u128(
+            0x6f70_0000_0000_0000_0000_0000_0000_0000 | u128::from(item),
+        ));
         let revision = format!("{:064x}", u128::from(item) * 104_729);
         let claim_token = Uuid::from_u128(0x746f_6b00_0000_0000_0000_0000_0000_0000 | u128::from(item)).to_string();
         let worker = format!("bench-worker-{}", item % 16);

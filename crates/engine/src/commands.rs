@@ -128,7 +128,9 @@ async fn load_media<T: WriteTx>(tx: &mut T, rows: &mut WorkingSet, media_id: Med
 }
 
 fn single(mut envelopes: Vec<EventEnvelope>) -> EventEnvelope {
-    envelopes.pop().expect("a command that appended one event gets one envelope back")
+    envelopes
+        .pop()
+        .expect("a command that appended one event gets one envelope back")
 }
 
 impl<S: Store> Engine<S> {
@@ -344,7 +346,11 @@ impl<S: Store> Engine<S> {
             return Err(EngineError::invalid(format!(
                 "an operation cannot start {}; it starts one of: {}",
                 operation.status,
-                INITIAL_STATUSES.iter().map(|status| status.as_str()).collect::<Vec<_>>().join(", ")
+                INITIAL_STATUSES
+                    .iter()
+                    .map(|status| status.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             )));
         }
         let operation_id = OperationId(self.ids.next());

@@ -34,7 +34,10 @@ impl EngineError {
     }
 
     pub fn not_found(what: &'static str, id: impl ToString) -> Self {
-        EngineError::Domain(DomainError::NotFound { what, id: id.to_string() })
+        EngineError::Domain(DomainError::NotFound {
+            what,
+            id: id.to_string(),
+        })
     }
 
     /// Whether storage reported this kind.

@@ -81,7 +81,13 @@ impl<S: Store> Engine<S> {
     /// The projected row of one operation.
     pub async fn operation(&self, operation_id: OperationId) -> Result<OperationRow, EngineError> {
         let key = operation_key(operation_id);
-        match self.store.load_rows(&OPERATIONS_TABLE, &[key.key]).await?.into_iter().next() {
+        match self
+            .store
+            .load_rows(&OPERATIONS_TABLE, &[key.key])
+            .await?
+            .into_iter()
+            .next()
+        {
             Some(Row::Operation(row)) => Ok(row),
             _ => Err(EngineError::not_found("operation", operation_id)),
         }

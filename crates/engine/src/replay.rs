@@ -9,8 +9,8 @@
 use crate::error::EngineError;
 use crate::fold::fold_events;
 use crate::Engine;
-use opledger_domain::projections::{all_projectors, WorkingSet};
 use opledger_domain::projections::Cell;
+use opledger_domain::projections::{all_projectors, WorkingSet};
 use opledger_store::{ScratchTarget, Store, StoreError, TableDiff};
 use std::fmt::Write;
 use std::time::{Duration, Instant};
@@ -51,8 +51,9 @@ impl VerifyReport {
                 "table {}: {} live rows, {} replayed rows",
                 diff.table.name, diff.live_rows, diff.replayed_rows
             );
-            for (key, live, replayed) in &diff.rows {
-                match (live, replayed) {
+            for row in &diff.rows {
+                let key = &row.key;
+                match (&row.live, &row.replayed) {
                     (Some(_), None) => {
                         let _ = writeln!(text, "  {key}: only in the live table");
                     }

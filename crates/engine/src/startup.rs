@@ -85,7 +85,11 @@ impl<S: Store> Engine<S> {
     /// transaction, so no event appended meanwhile can be missed.
     async fn rebuild_through_shadow(&self, projector: &'static dyn Projector) -> Result<u64, EngineError> {
         let spec = projector.spec();
-        tracing::info!(projection = spec.name, version = spec.version, "rebuilding projection through a shadow");
+        tracing::info!(
+            projection = spec.name,
+            version = spec.version,
+            "rebuilding projection through a shadow"
+        );
         self.store
             .write(move |tx: &mut S::Tx| {
                 Box::pin(async move {
@@ -97,30 +101,29 @@ impl<S: Store> Engine<S> {
         let chunk = self.fold_chunk;
         let mut folded = 0u64;
         loop {
-            let (count, swapped) = self
-                .store
-                .write(move |tx: &mut S::Tx| {
-                    Box::pin(async move {
-                        let position = tx
-                            .shadow_position(spec)
-                            .await?
-                            .ok_or_else(|| StoreError::conflict(format!("the shadow of {} disappeared", spec.name)))?;
-                        let events = tx.read_events(position, chunk).await?;
-                        tx.use_tables(TableSet::Shadow);
-                        let mut rows = WorkingSet::default();
-                        fold_events(tx, &mut rows, &[projector], &events).await?;
-                        tx.use_tables(TableSet::Live);
-                        if let Some(last) = events.last() {
-                            tx.set_shadow_position(spec, last.seq).await?;
-                        }
-                        let at_head = events.len() < chunk;
-                        if at_head {
-                            tx.swap_shadow(spec).await?;
-                        }
-                        Ok::<_, EngineError>((events.len() as u64, at_head))
+            let (count, swapped) =
+                self.store
+                    .write(move |tx: &mut S::Tx| {
+                        Box::pin(async move {
+                            let position = tx.shadow_position(spec).await?.ok_or_else(|| {
+                                StoreError::conflict(format!("the shadow of {} disappeared", spec.name))
+                            })?;
+                            let events = tx.read_events(position, chunk).await?;
+                            tx.use_tables(TableSet::Shadow);
+                            let mut rows = WorkingSet::default();
+                            fold_events(tx, &mut rows, &[projector], &events).await?;
+                            tx.use_tables(TableSet::Live);
+                            if let Some(last) = events.last() {
+                                tx.set_shadow_position(spec, last.seq).await?;
+                            }
+                            let at_head = events.len() < chunk;
+                            if at_head {
+                                tx.swap_shadow(spec).await?;
+                            }
+                            Ok::<_, EngineError>((events.len() as u64, at_head))
+                        })
                     })
-                })
-                .await?;
+                    .await?;
             folded += count;
             if swapped {
                 return Ok(folded);

@@ -32,8 +32,7 @@ fn read_fixture(path: &Path) -> Vec<FixtureLine> {
         .enumerate()
         .filter(|(_, line)| !line.trim().is_empty())
         .map(|(number, line)| {
-            serde_json::from_str(line)
-                .unwrap_or_else(|error| panic!("{}:{}: {error}", path.display(), number + 1))
+            serde_json::from_str(line).unwrap_or_else(|error| panic!("{}:{}: {error}", path.display(), number + 1))
         })
         .collect()
 }
@@ -98,17 +97,19 @@ async fn golden_fixtures_fold_to_their_snapshots() {
                     .cloned()
                     .collect();
                 expected.sort_by_key(|row| row.key());
-                assert_eq!(rows, expected, "{}: {} differs from the in-memory fold", fixture.display(), table.name);
+                assert_eq!(
+                    rows,
+                    expected,
+                    "{}: {} differs from the in-memory fold",
+                    fixture.display(),
+                    table.name
+                );
                 snapshot.insert(table.name.to_string(), render_table(table, &rows));
             }
             let report = engine.verify().await.unwrap();
             assert!(report.is_identical(), "{}:\n{}", fixture.display(), report.render());
 
-            let name = format!(
-                "{}__{}",
-                spec.name,
-                fixture.file_stem().unwrap().to_string_lossy()
-            );
+            let name = format!("{}__{}", spec.name, fixture.file_stem().unwrap().to_string_lossy());
             insta::with_settings!({
                 snapshot_path => dir.join("snapshots"),
                 prepend_module_to_snapshot => false,

@@ -72,7 +72,11 @@ async fn changed_projection_version_is_rebuilt_through_a_shadow_without_losing_e
     }
     // Pretend the stored media_operations was built by another version, and
     // spoil its rows so only a real rebuild can restore them.
-    raw(&store, "UPDATE projection_positions SET version = 0 WHERE name = 'media_operations'").await;
+    raw(
+        &store,
+        "UPDATE projection_positions SET version = 0 WHERE name = 'media_operations'",
+    )
+    .await;
     raw(&store, "UPDATE media_operations SET status = 'blocked', version = 99").await;
     drop(engine);
 
@@ -119,7 +123,15 @@ async fn changed_projection_version_is_rebuilt_through_a_shadow_without_losing_e
     assert_eq!(operations.len() as u128, 40 + appended_meanwhile);
     assert_eq!(engine.store().count_rows(&MEDIA_TABLE).await.unwrap(), 40);
     let status = engine.status().await.unwrap();
-    assert_eq!(status.operations_by_status.iter().find(|(name, _)| name == "blocked").unwrap().1, 0);
+    assert_eq!(
+        status
+            .operations_by_status
+            .iter()
+            .find(|(name, _)| name == "blocked")
+            .unwrap()
+            .1,
+        0
+    );
     for projection in &status.projections {
         assert_eq!(projection.lag, 0, "{projection:?}");
         assert_eq!(projection.version, 1);
@@ -129,7 +141,11 @@ async fn changed_projection_version_is_rebuilt_through_a_shadow_without_losing_e
 
     // The swapped-in tables keep their indexes under the live names, so a
     // second rebuild works too.
-    raw(engine.store(), "UPDATE projection_positions SET version = 0 WHERE name = 'media_operations'").await;
+    raw(
+        engine.store(),
+        "UPDATE projection_positions SET version = 0 WHERE name = 'media_operations'",
+    )
+    .await;
     let report = engine.startup().await.unwrap();
     assert_eq!(report.rebuilt.len(), 1);
     assert!(engine.verify().await.unwrap().is_identical());

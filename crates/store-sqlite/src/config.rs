@@ -55,7 +55,11 @@ impl SqliteConfig {
             return Err(format!("database URL {url:?} names no file"));
         }
         let mut config = SqliteConfig::at(path);
-        for pair in query.into_iter().flat_map(|query| query.split('&')).filter(|pair| !pair.is_empty()) {
+        for pair in query
+            .into_iter()
+            .flat_map(|query| query.split('&'))
+            .filter(|pair| !pair.is_empty())
+        {
             match pair.split_once('=') {
                 Some(("synchronous", "full")) => config.synchronous = Synchronous::Full,
                 Some(("synchronous", "normal")) => config.synchronous = Synchronous::Normal,
@@ -76,9 +80,18 @@ mod tests {
 
     #[test]
     fn url_forms() {
-        assert_eq!(SqliteConfig::from_url("opledger.db").unwrap().path, PathBuf::from("opledger.db"));
-        assert_eq!(SqliteConfig::from_url("sqlite:x/y.db").unwrap().path, PathBuf::from("x/y.db"));
-        assert_eq!(SqliteConfig::from_url("sqlite:///tmp/a.db").unwrap().path, PathBuf::from("/tmp/a.db"));
+        assert_eq!(
+            SqliteConfig::from_url("opledger.db").unwrap().path,
+            PathBuf::from("opledger.db")
+        );
+        assert_eq!(
+            SqliteConfig::from_url("sqlite:x/y.db").unwrap().path,
+            PathBuf::from("x/y.db")
+        );
+        assert_eq!(
+            SqliteConfig::from_url("sqlite:///tmp/a.db").unwrap().path,
+            PathBuf::from("/tmp/a.db")
+        );
         let normal = SqliteConfig::from_url("sqlite:a.db?synchronous=normal").unwrap();
         assert_eq!(normal.synchronous, Synchronous::Normal);
         assert!(SqliteConfig::from_url("sqlite:a.db?journal=off").is_err());

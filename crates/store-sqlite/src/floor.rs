@@ -24,19 +24,22 @@ pub struct FloorRow {
 /// transaction, each row a plain prepared INSERT. Returns the elapsed time.
 pub async fn plain_inserts(store: &SqliteStore, rows: &[FloorRow], batch: usize) -> Result<Duration, StoreError> {
     let mut connection = store.raw_connection().await?;
-    crate::rows::script(&mut connection, 
+    crate::rows::script(
+        &mut connection,
         "DROP TABLE IF EXISTS bench_floor_events; \
          CREATE TABLE bench_floor_events (seq INTEGER PRIMARY KEY NOT NULL, stream_id TEXT NOT NULL, \
          stream_version INTEGER NOT NULL, event_type TEXT NOT NULL, schema_version INTEGER NOT NULL, \
          payload TEXT NOT NULL, recorded_at TEXT NOT NULL, actor TEXT NOT NULL, correlation_id TEXT NOT NULL, \
          causation_id TEXT); \
          CREATE UNIQUE INDEX bench_floor_events_by_stream ON bench_floor_events (stream_id, stream_version);",
-    ).await
+    )
+    .await
     .map_err(|error| map(error, "creating the floor table"))?;
     let started = Instant::now();
     let mut seq = 0i64;
     for chunk in rows.chunks(batch.max(1)) {
-        crate::rows::script(&mut connection, "BEGIN IMMEDIATE").await
+        crate::rows::script(&mut connection, "BEGIN IMMEDIATE")
+            .await
             .map_err(|error| map(error, "floor begin"))?;
         for row in chunk {
             seq += 1;
@@ -56,11 +59,13 @@ pub async fn plain_inserts(store: &SqliteStore, rows: &[FloorRow], batch: usize)
             .await
             .map_err(|error| map(error, "floor insert"))?;
         }
-        crate::rows::script(&mut connection, "COMMIT").await
+        crate::rows::script(&mut connection, "COMMIT")
+            .await
             .map_err(|error| map(error, "floor commit"))?;
     }
     let elapsed = started.elapsed();
-    crate::rows::script(&mut connection, "DROP TABLE bench_floor_events").await
+    crate::rows::script(&mut connection, "DROP TABLE bench_floor_events")
+        .await
         .map_err(|error| map(error, "dropping the floor table"))?;
     crate::close_quietly(connection).await;
     Ok(elapsed)

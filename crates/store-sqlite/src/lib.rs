@@ -174,9 +174,11 @@ impl Store for SqliteStore {
                 .send(job)
                 .await
                 .map_err(|_| E::from(StoreError::unavailable("the SQLite writer has stopped")))?;
-            receiver
-                .await
-                .map_err(|_| E::from(StoreError::unavailable("the SQLite writer dropped the work (it panicked)")))?
+            receiver.await.map_err(|_| {
+                E::from(StoreError::unavailable(
+                    "the SQLite writer dropped the work (it panicked)",
+                ))
+            })?
         }
     }
 
@@ -240,7 +242,10 @@ impl Store for SqliteStore {
 
     async fn scan_table(&self, table: &'static TableSpec) -> Result<Vec<Row>, StoreError> {
         let columns = table.column_names().collect::<Vec<_>>().join(", ");
-        let sql = format!("SELECT {columns} FROM {} ORDER BY {}", table.name, table.columns[0].name);
+        let sql = format!(
+            "SELECT {columns} FROM {} ORDER BY {}",
+            table.name, table.columns[0].name
+        );
         let fetched = sqlx::query(&sql)
             .fetch_all(&self.inner.readers)
             .await
@@ -278,8 +283,16 @@ impl Store for SqliteStore {
         Ok(states)
     }
 
-    async fn count_by(&self, table: &'static TableSpec, column: &'static str) -> Result<Vec<(Option<String>, i64)>, StoreError> {
-        assert!(table.column_names().any(|name| name == column), "{column} is not a column of {}", table.name);
+    async fn count_by(
+        &self,
+        table: &'static TableSpec,
+        column: &'static str,
+    ) -> Result<Vec<(Option<String>, i64)>, StoreError> {
+        assert!(
+            table.column_names().any(|name| name == column),
+            "{column} is not a column of {}",
+            table.name
+        );
         let sql = format!(
             "SELECT {column}, COUNT(*) FROM {} GROUP BY {column} ORDER BY {column}",
             table.name

@@ -16,7 +16,10 @@ use uuid::Uuid;
 /// small enough to be cached and reused.
 const MAX_PARAMS: usize = 900;
 
-pub fn bind_cell<'q>(query: Query<'q, Sqlite, SqliteArguments<'q>>, cell: &Cell) -> Query<'q, Sqlite, SqliteArguments<'q>> {
+pub fn bind_cell<'q>(
+    query: Query<'q, Sqlite, SqliteArguments<'q>>,
+    cell: &Cell,
+) -> Query<'q, Sqlite, SqliteArguments<'q>> {
     match cell {
         Cell::Null => query.bind(None::<String>),
         Cell::Integer(value) => query.bind(*value),
@@ -69,7 +72,11 @@ fn column_list(table: &TableSpec) -> String {
 }
 
 fn key_column(table: &TableSpec) -> &'static str {
-    assert_eq!(table.key_columns, 1, "{} has a composite key; extend rows.rs", table.name);
+    assert_eq!(
+        table.key_columns, 1,
+        "{} has a composite key; extend rows.rs",
+        table.name
+    );
     table.columns[0].name
 }
 
@@ -114,14 +121,85 @@ pub async fn load(
     Ok(rows)
 }
 
-/// Writes changed rows to one copy: upserts in `table_order` (parents
-/// first), then deletes in reverse order (children first).
+/// Statements gathered to run in one round trip to the driver. sqlx hands
+/// each statement to SQLite's worker thread and back; on a small machine that
+/// handoff costs more than the statement, so the writer gathers a piece of
+/// work's writes and sends them together, binding parameters in order.
+#[derive(Default)]
+pub struct Batch {
+    sql: String,
+    args: SqliteArguments<'static>,
+}
+
+impl Batch {
+    pub fn is_empty(&self) -> bool {
+        self.sql.is_empty()
+    }
+
+    /// Adds one statement; `bind` adds its parameters in order.
+    pub fn push(&mut self, sql: &str, bind: impl FnOnce(&mut SqliteArguments<'static>)) {
+        self.sql.push_str(sql);
+        self.sql.push_str(";\n");
+        bind(&mut self.args);
+    }
+
+    /// Runs and empties the batch.
+    pub async fn run(&mut self, conn: &mut SqliteConnection, context: &str) -> Result<(), StoreError> {
+        if self.sql.is_empty() {
+            return Ok(());
+        }
+        let sql = std::mem::take(&mut self.sql);
+        let args = std::mem::take(&mut self.args);
+        sqlx::query_with(&sql, args)
+            .execute(&mut *conn)
+            .await
+            .map(|_| ())
+            .map_err(|error| map(error, context))
+    }
+
+    /// Forgets everything gathered (the work that gathered it failed).
+    pub fn clear(&mut self) {
+        self.sql.clear();
+        self.args = SqliteArguments::default();
+    }
+}
+
+pub fn add_cell(args: &mut SqliteArguments<'static>, cell: &Cell) {
+    use sqlx::Arguments;
+    // Adding a plain value to SQLite arguments cannot fail.
+    let added = match cell {
+        Cell::Null => args.add(None::<String>),
+        Cell::Integer(value) => args.add(*value),
+        Cell::Real(value) => args.add(*value),
+        Cell::Text(value) | Cell::Json(value) => args.add(value.clone()),
+        Cell::Bool(value) => args.add(i64::from(*value)),
+        Cell::Timestamp(value) => args.add(value.to_rfc3339()),
+        Cell::Uuid(value) => args.add(value.hyphenated().to_string()),
+    };
+    added.expect("binding a plain value to SQLite arguments");
+}
+
+/// Writes changed rows to one copy right away (see [`gather_writes`]).
 pub async fn write(
     conn: &mut SqliteConnection,
     table_order: &[&'static TableSpec],
     copy: Copy<'_>,
     changes: &[(RowKey, Option<Row>)],
 ) -> Result<(), StoreError> {
+    let mut batch = Batch::default();
+    gather_writes(&mut batch, table_order, copy, changes);
+    batch.run(conn, "writing projection rows").await
+}
+
+/// Gathers the statements that write changed rows to one copy: upserts in
+/// `table_order` (parents first), then deletes in reverse order (children
+/// first).
+pub fn gather_writes(
+    batch: &mut Batch,
+    table_order: &[&'static TableSpec],
+    copy: Copy<'_>,
+    changes: &[(RowKey, Option<Row>)],
+) {
     for table in table_order {
         let upserts: Vec<&Row> = changes
             .iter()
@@ -129,7 +207,7 @@ pub async fn write(
             .filter_map(|(_, row)| row.as_ref())
             .collect();
         if !upserts.is_empty() {
-            upsert(conn, table, copy, &upserts).await?;
+            gather_upserts(batch, table, copy, &upserts);
         }
     }
     for table in table_order.iter().rev() {
@@ -139,13 +217,12 @@ pub async fn write(
             .map(|(key, _)| key.key.as_str())
             .collect();
         if !deletes.is_empty() {
-            delete(conn, table, copy, &deletes).await?;
+            gather_deletes(batch, table, copy, &deletes);
         }
     }
-    Ok(())
 }
 
-async fn upsert(conn: &mut SqliteConnection, table: &TableSpec, copy: Copy<'_>, rows: &[&Row]) -> Result<(), StoreError> {
+fn gather_upserts(batch: &mut Batch, table: &TableSpec, copy: Copy<'_>, rows: &[&Row]) {
     let name = ddl::table_name(table.name, copy);
     let width = table.columns.len();
     let row_placeholder = format!("({})", vec!["?"; width].join(", "));
@@ -164,21 +241,17 @@ async fn upsert(conn: &mut SqliteConnection, table: &TableSpec, copy: Copy<'_>, 
             key_column(table),
             updates.join(", ")
         );
-        let mut query = sqlx::query(&sql);
-        for row in chunk {
-            for cell in row.to_cells() {
-                query = bind_cell(query, &cell);
+        batch.push(&sql, |args| {
+            for row in chunk {
+                for cell in row.to_cells() {
+                    add_cell(args, &cell);
+                }
             }
-        }
-        query
-            .execute(&mut *conn)
-            .await
-            .map_err(|error| map(error, &format!("writing {name}")))?;
+        });
     }
-    Ok(())
 }
 
-async fn delete(conn: &mut SqliteConnection, table: &TableSpec, copy: Copy<'_>, keys: &[&str]) -> Result<(), StoreError> {
+fn gather_deletes(batch: &mut Batch, table: &TableSpec, copy: Copy<'_>, keys: &[&str]) {
     let name = ddl::table_name(table.name, copy);
     for chunk in keys.chunks(MAX_PARAMS) {
         let sql = format!(
@@ -186,16 +259,12 @@ async fn delete(conn: &mut SqliteConnection, table: &TableSpec, copy: Copy<'_>, 
             key_column(table),
             vec!["?"; chunk.len()].join(", ")
         );
-        let mut query = sqlx::query(&sql);
-        for key in chunk {
-            query = bind_cell(query, &key_cell(table, key));
-        }
-        query
-            .execute(&mut *conn)
-            .await
-            .map_err(|error| map(error, &format!("deleting from {name}")))?;
+        batch.push(&sql, |args| {
+            for key in chunk {
+                add_cell(args, &key_cell(table, key));
+            }
+        });
     }
-    Ok(())
 }
 
 /// The columns of the event log, in the order [`decode_event`] reads them.
@@ -229,7 +298,92 @@ pub fn decode_event(row: &SqliteRow) -> Result<EventEnvelope, StoreError> {
 }
 
 /// Reads up to `limit` events after `after` on `conn`.
-pub async fn read_events(conn: &mut SqliteConnection, after: i64, limit: usize) -> Result<Vec<EventEnvelope>, StoreError> {
+///
+/// The page travels as one JSON array built by SQLite (`json_group_array`)
+/// rather than row by row: sqlx passes every row between SQLite's thread and
+/// ours, and for a replay of a million events that handoff, not SQLite, was
+/// the cost. If anything in the page does not parse (a malformed payload
+/// makes `json()` fail), the page is read again row by row, which names the
+/// corrupt seq.
+pub async fn read_events(
+    conn: &mut SqliteConnection,
+    after: i64,
+    limit: usize,
+) -> Result<Vec<EventEnvelope>, StoreError> {
+    let sql = "SELECT json_group_array(json_array(seq, stream_id, stream_version, event_type, schema_version, \
+               json(payload), recorded_at, actor, correlation_id, causation_id)) \
+               FROM (SELECT * FROM main.media_operation_events WHERE seq > ? ORDER BY seq LIMIT ?)";
+    let page = sqlx::query_scalar::<_, String>(sql)
+        .bind(after)
+        .bind(limit as i64)
+        .fetch_one(&mut *conn)
+        .await;
+    if let Ok(text) = page {
+        if let Ok(events) = decode_page(&text) {
+            return Ok(events);
+        }
+    }
+    read_events_row_by_row(conn, after, limit).await
+}
+
+type PageRow<'a> = (
+    i64,
+    String,
+    i64,
+    &'a str,
+    i64,
+    &'a serde_json::value::RawValue,
+    &'a str,
+    String,
+    String,
+    Option<String>,
+);
+
+fn decode_page(text: &str) -> Result<Vec<EventEnvelope>, StoreError> {
+    let rows: Vec<PageRow<'_>> = serde_json::from_str(text).map_err(|error| StoreError::corrupt(error.to_string()))?;
+    let mut events = Vec::with_capacity(rows.len());
+    let mut previous = i64::MIN;
+    for (
+        seq,
+        stream_id,
+        stream_version,
+        event_type,
+        schema_version,
+        payload,
+        recorded_at,
+        actor,
+        correlation_id,
+        causation_id,
+    ) in rows
+    {
+        if seq <= previous {
+            return Err(StoreError::corrupt("page out of order"));
+        }
+        previous = seq;
+        let corrupt = |what: String| StoreError::corrupt_at(seq, what);
+        let schema_version = u32::try_from(schema_version).map_err(|error| corrupt(error.to_string()))?;
+        let event =
+            Event::decode(event_type, schema_version, payload.get()).map_err(|error| corrupt(error.to_string()))?;
+        events.push(EventEnvelope {
+            seq,
+            stream_id: StreamId::from_stored(stream_id),
+            stream_version,
+            schema_version,
+            recorded_at: Timestamp::parse(recorded_at).map_err(corrupt)?,
+            actor,
+            correlation_id,
+            causation_id,
+            event,
+        });
+    }
+    Ok(events)
+}
+
+async fn read_events_row_by_row(
+    conn: &mut SqliteConnection,
+    after: i64,
+    limit: usize,
+) -> Result<Vec<EventEnvelope>, StoreError> {
     let sql = format!("SELECT {EVENT_COLUMNS} FROM main.media_operation_events WHERE seq > ? ORDER BY seq LIMIT ?");
     let rows = sqlx::query(&sql)
         .bind(after)

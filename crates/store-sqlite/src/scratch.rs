@@ -7,7 +7,7 @@ use crate::error::map;
 use crate::rows;
 use opledger_domain::projections::{all_specs, Row, RowKey, TableSpec};
 use opledger_domain::EventEnvelope;
-use opledger_store::{BoxFuture, RowTarget, ScratchTarget, StoreError, TableDiff};
+use opledger_store::{BoxFuture, RowDiff, RowTarget, ScratchTarget, StoreError, TableDiff};
 use sqlx::SqliteConnection;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -35,8 +35,8 @@ impl Drop for RemoveOnDrop {
 /// without tripping the compiler's higher-ranked lifetime inference.
 fn run<'a>(connection: &'a mut SqliteConnection, sql: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
     Box::pin(async move {
-        crate::rows::script(&mut *connection, sql).await
-            
+        crate::rows::script(&mut *connection, sql)
+            .await
             .map_err(|error| map(error, sql))
     })
 }
@@ -58,7 +58,11 @@ impl SqliteScratch {
             .await
             .map_err(|error| map(error, "attaching the scratch database"))?;
         // The scratch copy is thrown away after use: no journal, no fsync.
-        run(&mut connection, "PRAGMA scratch.journal_mode = OFF; PRAGMA scratch.synchronous = OFF").await?;
+        run(
+            &mut connection,
+            "PRAGMA scratch.journal_mode = OFF; PRAGMA scratch.synchronous = OFF",
+        )
+        .await?;
         for spec in all_specs() {
             run(&mut connection, &ddl::render(spec, Copy::Scratch(SCHEMA))).await?;
         }
@@ -95,7 +99,10 @@ impl RowTarget for SqliteScratch {
     }
 
     async fn write_rows(&mut self, changes: &[(RowKey, Option<Row>)]) -> Result<(), StoreError> {
-        let order: Vec<&'static TableSpec> = all_specs().iter().flat_map(|spec| spec.tables.iter().copied()).collect();
+        let order: Vec<&'static TableSpec> = all_specs()
+            .iter()
+            .flat_map(|spec| spec.tables.iter().copied())
+            .collect();
         rows::write(&mut self.connection, &order, Copy::Scratch(SCHEMA), changes).await
     }
 }
@@ -148,14 +155,15 @@ impl ScratchTarget for SqliteScratch {
                 }
                 let live = rows::load(&mut self.connection, table, Copy::Live, &keys).await?;
                 let replayed = rows::load(&mut self.connection, table, Copy::Scratch(SCHEMA), &keys).await?;
-                let find = |rows: &[Row], key: &str| {
-                    rows.iter()
-                        .find(|row| row.key().key == key)
-                        .map(|row| row.to_cells())
-                };
+                let find =
+                    |rows: &[Row], key: &str| rows.iter().find(|row| row.key().key == key).map(|row| row.to_cells());
                 let shown = keys
                     .iter()
-                    .map(|key| (key.clone(), find(&live, key), find(&replayed, key)))
+                    .map(|key| RowDiff {
+                        key: key.clone(),
+                        live: find(&live, key),
+                        replayed: find(&replayed, key),
+                    })
                     .collect();
                 diffs.push(TableDiff {
                     table,

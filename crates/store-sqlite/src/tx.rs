@@ -3,7 +3,7 @@
 use crate::ddl::{self, Copy, SHADOW_SUFFIX};
 use crate::error::map;
 use crate::rows;
-use opledger_domain::projections::{all_specs, ProjectionSpec, Row, RowKey, TableSpec};
+use opledger_domain::projections::{all_specs, Cell, ProjectionSpec, Row, RowKey, TableSpec};
 use opledger_domain::EventEnvelope;
 use opledger_store::{ExpectedVersion, RowTarget, StoreError, StreamAppend, TableSet, WriteTx};
 use sqlx::{Row as _, SqliteConnection};
@@ -18,6 +18,9 @@ pub struct SqliteTx {
     /// The log head as of this transaction, once read.
     head: Option<i64>,
     tables: TableSet,
+    /// Writes gathered since the last read, sent in one round trip before
+    /// the next read, the position update, or the end of the piece of work.
+    pending: rows::Batch,
 }
 
 /// What `restore` needs to undo a rolled-back piece of work's cached state.
@@ -31,6 +34,7 @@ impl SqliteTx {
             connection,
             head: None,
             tables: TableSet::Live,
+            pending: rows::Batch::default(),
         }
     }
 
@@ -57,6 +61,16 @@ impl SqliteTx {
     pub(crate) fn restore(&mut self, checkpoint: Checkpoint) {
         self.head = checkpoint.head;
         self.tables = TableSet::Live;
+        self.pending.clear();
+    }
+
+    /// Sends the gathered writes. Every read calls this first, so a piece of
+    /// work always reads its own writes.
+    pub(crate) async fn flush(&mut self) -> Result<(), StoreError> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        self.pending.run(&mut self.connection, "writing to the database").await
     }
 
     fn copy(&self) -> Copy<'static> {
@@ -70,6 +84,7 @@ impl SqliteTx {
         if let Some(head) = self.head {
             return Ok(head);
         }
+        self.flush().await?;
         let head = sqlx::query_scalar::<_, i64>("SELECT COALESCE(MAX(seq), 0) FROM media_operation_events")
             .fetch_one(&mut self.connection)
             .await
@@ -78,12 +93,20 @@ impl SqliteTx {
         Ok(head)
     }
 
+    /// The current version of each stream (absent: 0), and the log head,
+    /// read together in as few round trips as possible.
     async fn stream_versions(&mut self, streams: &[&str]) -> Result<BTreeMap<String, i64>, StoreError> {
+        self.flush().await?;
         let mut versions = BTreeMap::new();
         for chunk in streams.chunks(500) {
+            let head_part = if self.head.is_none() {
+                " UNION ALL SELECT NULL, COALESCE(MAX(seq), 0) FROM media_operation_events"
+            } else {
+                ""
+            };
             let sql = format!(
                 "SELECT stream_id, MAX(stream_version) FROM media_operation_events \
-                 WHERE stream_id IN ({}) GROUP BY stream_id",
+                 WHERE stream_id IN ({}) GROUP BY stream_id{head_part}",
                 vec!["?"; chunk.len()].join(", ")
             );
             let mut query = sqlx::query(&sql);
@@ -95,7 +118,12 @@ impl SqliteTx {
                 .await
                 .map_err(|error| map(error, "reading stream versions"))?
             {
-                versions.insert(row.get::<String, _>(0), row.get::<i64, _>(1));
+                match row.get::<Option<String>, _>(0) {
+                    Some(stream) => {
+                        versions.insert(stream, row.get::<i64, _>(1));
+                    }
+                    None => self.head = Some(row.get::<i64, _>(1)),
+                }
             }
         }
         Ok(versions)
@@ -104,14 +132,19 @@ impl SqliteTx {
 
 impl RowTarget for SqliteTx {
     async fn load_rows(&mut self, table: &'static TableSpec, keys: &[String]) -> Result<Vec<Row>, StoreError> {
+        self.flush().await?;
         let copy = self.copy();
         rows::load(&mut self.connection, table, copy, keys).await
     }
 
     async fn write_rows(&mut self, changes: &[(RowKey, Option<Row>)]) -> Result<(), StoreError> {
-        let order: Vec<&'static TableSpec> = all_specs().iter().flat_map(|spec| spec.tables.iter().copied()).collect();
+        let order: Vec<&'static TableSpec> = all_specs()
+            .iter()
+            .flat_map(|spec| spec.tables.iter().copied())
+            .collect();
         let copy = self.copy();
-        rows::write(&mut self.connection, &order, copy, changes).await
+        rows::gather_writes(&mut self.pending, &order, copy, changes);
+        Ok(())
     }
 }
 
@@ -162,30 +195,32 @@ impl WriteTx for SqliteTx {
                 rows::EVENT_COLUMNS,
                 vec!["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"; chunk.len()].join(", ")
             );
-            let mut query = sqlx::query(&sql);
-            for envelope in chunk {
-                query = query
-                    .bind(envelope.seq)
-                    .bind(envelope.stream_id.as_str().to_string())
-                    .bind(envelope.stream_version)
-                    .bind(envelope.event.event_type())
-                    .bind(i64::from(envelope.schema_version))
-                    .bind(envelope.event.payload_json())
-                    .bind(envelope.recorded_at.to_rfc3339())
-                    .bind(envelope.actor.clone())
-                    .bind(envelope.correlation_id.clone())
-                    .bind(envelope.causation_id.clone());
-            }
-            query
-                .execute(&mut self.connection)
-                .await
-                .map_err(|error| map(error, "appending to the event log"))?;
+            self.pending.push(&sql, |args| {
+                for envelope in chunk {
+                    let cells = [
+                        Cell::Integer(envelope.seq),
+                        Cell::Text(envelope.stream_id.as_str().to_string()),
+                        Cell::Integer(envelope.stream_version),
+                        Cell::Text(envelope.event.event_type().to_string()),
+                        Cell::Integer(i64::from(envelope.schema_version)),
+                        Cell::Json(envelope.event.payload_json()),
+                        Cell::Timestamp(envelope.recorded_at),
+                        Cell::Text(envelope.actor.clone()),
+                        Cell::Text(envelope.correlation_id.clone()),
+                        envelope.causation_id.clone().map_or(Cell::Null, Cell::Text),
+                    ];
+                    for cell in &cells {
+                        rows::add_cell(args, cell);
+                    }
+                }
+            });
         }
         self.head = Some(seq);
         Ok(envelopes)
     }
 
     async fn advance_positions(&mut self, from: i64, to: i64) -> Result<(), StoreError> {
+        self.flush().await?;
         let specs = all_specs();
         let conditions = vec!["(name = ? AND version = ?)"; specs.len()].join(" OR ");
         let sql = format!("UPDATE projection_positions SET position = ? WHERE position = ? AND ({conditions})");
@@ -208,17 +243,17 @@ impl WriteTx for SqliteTx {
     }
 
     async fn advance_position(&mut self, spec: &'static ProjectionSpec, from: i64, to: i64) -> Result<(), StoreError> {
-        let updated = sqlx::query(
-            "UPDATE projection_positions SET position = ? WHERE name = ? AND version = ? AND position = ?",
-        )
-        .bind(to)
-        .bind(spec.name)
-        .bind(i64::from(spec.version))
-        .bind(from)
-        .execute(&mut self.connection)
-        .await
-        .map_err(|error| map(error, "advancing a projection position"))?
-        .rows_affected();
+        self.flush().await?;
+        let updated =
+            sqlx::query("UPDATE projection_positions SET position = ? WHERE name = ? AND version = ? AND position = ?")
+                .bind(to)
+                .bind(spec.name)
+                .bind(i64::from(spec.version))
+                .bind(from)
+                .execute(&mut self.connection)
+                .await
+                .map_err(|error| map(error, "advancing a projection position"))?
+                .rows_affected();
         if updated != 1 {
             return Err(StoreError::conflict(format!(
                 "projection {} is not at seq {from} at version {}",
@@ -229,6 +264,7 @@ impl WriteTx for SqliteTx {
     }
 
     async fn projection_position(&mut self, spec: &'static ProjectionSpec) -> Result<Option<i64>, StoreError> {
+        self.flush().await?;
         sqlx::query_scalar::<_, i64>("SELECT position FROM projection_positions WHERE name = ? AND version = ?")
             .bind(spec.name)
             .bind(i64::from(spec.version))
@@ -242,6 +278,7 @@ impl WriteTx for SqliteTx {
     }
 
     async fn read_events(&mut self, after: i64, limit: usize) -> Result<Vec<EventEnvelope>, StoreError> {
+        self.flush().await?;
         rows::read_events(&mut self.connection, after, limit).await
     }
 
@@ -250,12 +287,15 @@ impl WriteTx for SqliteTx {
     }
 
     async fn create_shadow(&mut self, spec: &'static ProjectionSpec) -> Result<(), StoreError> {
+        self.flush().await?;
         for table in spec.tables.iter().rev() {
             let sql = format!("DROP TABLE IF EXISTS {}", ddl::table_name(table.name, Copy::Shadow));
-            crate::rows::script(&mut self.connection, &sql).await
+            crate::rows::script(&mut self.connection, &sql)
+                .await
                 .map_err(|error| map(error, "dropping an old shadow"))?;
         }
-        crate::rows::script(&mut self.connection, &ddl::render(spec, Copy::Shadow)).await
+        crate::rows::script(&mut self.connection, &ddl::render(spec, Copy::Shadow))
+            .await
             .map_err(|error| map(error, &format!("creating the shadow of {}", spec.name)))?;
         sqlx::query(
             "INSERT INTO projection_positions (name, version, position) VALUES (?, ?, 0) \
@@ -270,6 +310,7 @@ impl WriteTx for SqliteTx {
     }
 
     async fn shadow_position(&mut self, spec: &'static ProjectionSpec) -> Result<Option<i64>, StoreError> {
+        self.flush().await?;
         sqlx::query_scalar::<_, i64>("SELECT position FROM projection_positions WHERE name = ? AND version = ?")
             .bind(format!("{}{SHADOW_SUFFIX}", spec.name))
             .bind(i64::from(spec.version))
@@ -279,6 +320,7 @@ impl WriteTx for SqliteTx {
     }
 
     async fn set_shadow_position(&mut self, spec: &'static ProjectionSpec, position: i64) -> Result<(), StoreError> {
+        self.flush().await?;
         sqlx::query("UPDATE projection_positions SET position = ? WHERE name = ?")
             .bind(position)
             .bind(format!("{}{SHADOW_SUFFIX}", spec.name))
@@ -307,7 +349,8 @@ impl WriteTx for SqliteTx {
             ));
         }
         for sql in script {
-            crate::rows::script(&mut self.connection, &sql).await
+            crate::rows::script(&mut self.connection, &sql)
+                .await
                 .map_err(|error| map(error, &format!("swapping in {}: {sql}", spec.name)))?;
         }
         // Indexes keep their shadow names through a rename; recreate them
@@ -324,7 +367,8 @@ impl WriteTx for SqliteTx {
                 if let Some(live_name) = name.strip_prefix(&format!("{}{SHADOW_SUFFIX}", table.name)) {
                     let live_name = format!("{}{live_name}", table.name);
                     let create = sql.replacen(&name, &live_name, 1);
-                    crate::rows::script(&mut self.connection, &format!("DROP INDEX {name}; {create}")).await
+                    crate::rows::script(&mut self.connection, &format!("DROP INDEX {name}; {create}"))
+                        .await
                         .map_err(|error| map(error, "renaming a shadow index"))?;
                 }
             }
@@ -352,7 +396,8 @@ impl WriteTx for SqliteTx {
 /// at this build's version and position 0 (startup catches them up).
 /// Projections stored at another version are left for the shadow rebuild.
 pub(crate) async fn ensure_projection_tables(connection: &mut SqliteConnection) -> Result<(), StoreError> {
-    crate::rows::script(&mut *connection, "BEGIN IMMEDIATE").await
+    crate::rows::script(&mut *connection, "BEGIN IMMEDIATE")
+        .await
         .map_err(|error| map(error, "starting schema setup"))?;
     let result = async {
         for spec in all_specs() {
@@ -362,7 +407,8 @@ pub(crate) async fn ensure_projection_tables(connection: &mut SqliteConnection) 
                 .await
                 .map_err(|error| map(error, "reading projection versions"))?;
             if known.is_none() {
-                crate::rows::script(&mut *connection, &ddl::render(spec, Copy::Live)).await
+                crate::rows::script(&mut *connection, &ddl::render(spec, Copy::Live))
+                    .await
                     .map_err(|error| map(error, &format!("creating projection {}", spec.name)))?;
                 sqlx::query("INSERT INTO projection_positions (name, version, position) VALUES (?, ?, 0)")
                     .bind(spec.name)
@@ -376,7 +422,8 @@ pub(crate) async fn ensure_projection_tables(connection: &mut SqliteConnection) 
     }
     .await;
     let end = if result.is_ok() { "COMMIT" } else { "ROLLBACK" };
-    crate::rows::script(&mut *connection, end).await
+    crate::rows::script(&mut *connection, end)
+        .await
         .map_err(|error| map(error, "finishing schema setup"))?;
     result
 }

@@ -82,8 +82,8 @@ where
 }
 
 async fn execute(tx: &mut SqliteTx, sql: &str) -> Result<(), StoreError> {
-    crate::rows::script(tx.connection(), sql).await
-        
+    crate::rows::script(tx.connection(), sql)
+        .await
         .map_err(|error| map(error, sql))
 }
 
@@ -128,7 +128,18 @@ async fn run_group(tx: &mut SqliteTx, group: Vec<Box<dyn Job>>) {
             }
         }
         let before = tx.checkpoint();
-        let outcome = AssertUnwindSafe(job.run(tx)).catch_unwind().await;
+        let mut outcome = AssertUnwindSafe(job.run(tx)).catch_unwind().await;
+        // Writes the work gathered but did not need to read back are sent
+        // now; if they fail, the work fails with their error.
+        if let Ok(done) = &mut outcome {
+            if done.ok {
+                if let Err(error) = tx.flush().await {
+                    done.ok = false;
+                    let finish = std::mem::replace(&mut done.finish, Box::new(|_| {}));
+                    done.finish = Box::new(move |_| finish(Err(error)));
+                }
+            }
+        }
         let ok = matches!(&outcome, Ok(done) if done.ok);
         if ok {
             if use_savepoints {

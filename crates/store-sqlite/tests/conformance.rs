@@ -21,7 +21,9 @@ impl Harness for SqliteHarness {
     type Store = SqliteStore;
 
     async fn open(&self) -> SqliteStore {
-        SqliteStore::open(SqliteConfig::at(&self.path)).await.expect("open store")
+        SqliteStore::open(SqliteConfig::at(&self.path))
+            .await
+            .expect("open store")
     }
 
     async fn execute_raw(&self, sql: &str) -> Result<(), StoreError> {

@@ -143,9 +143,12 @@ pub async fn append_and_read_round_trip<H: Harness>(harness: &H) {
 pub async fn appends_are_atomic_across_streams<H: Harness>(harness: &H) {
     let store = harness.open().await;
     let first = StreamId::media(media(1));
-    append(&store, one(&first, ExpectedVersion::NoStream, vec![registered(media(1), 1)]))
-        .await
-        .unwrap();
+    append(
+        &store,
+        one(&first, ExpectedVersion::NoStream, vec![registered(media(1), 1)]),
+    )
+    .await
+    .unwrap();
     // The second stream's expectation fails, so the first stream's events
     // of the same call must not be appended either.
     let second = StreamId::media(media(2));
@@ -177,11 +180,26 @@ pub async fn concurrent_appends_at_the_same_expected_version_exactly_one_conflic
         let right = harness.open().await;
         let stream = StreamId::media(media(1000 + round));
         // Both writers saw the stream at version 1 and append on top of it.
-        append(&left, one(&stream, ExpectedVersion::NoStream, vec![registered(media(1000 + round), 1)]))
-            .await
-            .unwrap();
-        let left_events = one(&stream, ExpectedVersion::Exactly(1), vec![updated(media(1000 + round), 2)]);
-        let right_events = one(&stream, ExpectedVersion::Exactly(1), vec![updated(media(1000 + round), 3)]);
+        append(
+            &left,
+            one(
+                &stream,
+                ExpectedVersion::NoStream,
+                vec![registered(media(1000 + round), 1)],
+            ),
+        )
+        .await
+        .unwrap();
+        let left_events = one(
+            &stream,
+            ExpectedVersion::Exactly(1),
+            vec![updated(media(1000 + round), 2)],
+        );
+        let right_events = one(
+            &stream,
+            ExpectedVersion::Exactly(1),
+            vec![updated(media(1000 + round), 3)],
+        );
         let (left_result, right_result) = tokio::join!(
             tokio::spawn(async move { append(&left, left_events).await }),
             tokio::spawn(async move { append(&right, right_events).await })
@@ -228,7 +246,11 @@ pub async fn seq_is_gap_free_and_ordered_after_eight_concurrent_appenders<H: Har
     }
     acknowledged.sort_unstable();
     let total = APPENDERS as i64 * BATCHES * 2;
-    assert_eq!(acknowledged, (1..=total).collect::<Vec<_>>(), "every acknowledged seq, no gaps");
+    assert_eq!(
+        acknowledged,
+        (1..=total).collect::<Vec<_>>(),
+        "every acknowledged seq, no gaps"
+    );
 
     let store = harness.open().await;
     let all: Vec<_> = store.read_all(0, 64).try_collect().await.unwrap();
@@ -242,21 +264,30 @@ pub async fn seq_is_gap_free_and_ordered_after_eight_concurrent_appenders<H: Har
             .push(envelope.stream_version);
     }
     for (stream, versions) in versions {
-        assert_eq!(versions, (1..=BATCHES * 2).collect::<Vec<_>>(), "{stream} contiguous in seq order");
+        assert_eq!(
+            versions,
+            (1..=BATCHES * 2).collect::<Vec<_>>(),
+            "{stream} contiguous in seq order"
+        );
     }
 }
 
 pub async fn update_and_delete_on_the_log_are_refused_by_the_database<H: Harness>(harness: &H) {
     let store = harness.open().await;
     let stream = StreamId::media(media(1));
-    append(&store, one(&stream, ExpectedVersion::NoStream, vec![registered(media(1), 1)]))
-        .await
-        .unwrap();
+    append(
+        &store,
+        one(&stream, ExpectedVersion::NoStream, vec![registered(media(1), 1)]),
+    )
+    .await
+    .unwrap();
     let update = harness
         .execute_raw("UPDATE media_operation_events SET actor = 'mallory' WHERE seq = 1")
         .await;
     assert!(update.is_err(), "UPDATE on the log must be refused");
-    let delete = harness.execute_raw("DELETE FROM media_operation_events WHERE seq = 1").await;
+    let delete = harness
+        .execute_raw("DELETE FROM media_operation_events WHERE seq = 1")
+        .await;
     assert!(delete.is_err(), "DELETE on the log must be refused");
     let read = store.read_stream(&stream).await.unwrap();
     assert_eq!(read.len(), 1);
@@ -266,9 +297,12 @@ pub async fn update_and_delete_on_the_log_are_refused_by_the_database<H: Harness
 pub async fn corrupt_row_is_a_corrupt_error_naming_its_seq<H: Harness>(harness: &H) {
     let store = harness.open().await;
     let stream = StreamId::media(media(1));
-    append(&store, one(&stream, ExpectedVersion::NoStream, vec![registered(media(1), 1)]))
-        .await
-        .unwrap();
+    append(
+        &store,
+        one(&stream, ExpectedVersion::NoStream, vec![registered(media(1), 1)]),
+    )
+    .await
+    .unwrap();
     harness
         .execute_raw(
             "INSERT INTO media_operation_events \
@@ -314,9 +348,12 @@ pub async fn read_all_pages_through_the_whole_log<H: Harness>(harness: &H) {
     let store = harness.open().await;
     for n in 0..25u128 {
         let stream = StreamId::media(media(n));
-        append(&store, one(&stream, ExpectedVersion::NoStream, vec![registered(media(n), n as i64)]))
-            .await
-            .unwrap();
+        append(
+            &store,
+            one(&stream, ExpectedVersion::NoStream, vec![registered(media(n), n as i64)]),
+        )
+        .await
+        .unwrap();
     }
     for page_size in [1, 7, 25, 1000] {
         let all: Vec<_> = store.read_all(0, page_size).try_collect().await.unwrap();
@@ -332,18 +369,28 @@ pub async fn read_all_pages_through_the_whole_log<H: Harness>(harness: &H) {
 pub async fn expected_version_is_checked_per_stream<H: Harness>(harness: &H) {
     let store = harness.open().await;
     let stream = StreamId::media(media(1));
-    append(&store, one(&stream, ExpectedVersion::Exactly(0), vec![registered(media(1), 1)]))
-        .await
-        .unwrap();
-    for wrong in [ExpectedVersion::NoStream, ExpectedVersion::Exactly(0), ExpectedVersion::Exactly(2)] {
+    append(
+        &store,
+        one(&stream, ExpectedVersion::Exactly(0), vec![registered(media(1), 1)]),
+    )
+    .await
+    .unwrap();
+    for wrong in [
+        ExpectedVersion::NoStream,
+        ExpectedVersion::Exactly(0),
+        ExpectedVersion::Exactly(2),
+    ] {
         let error = append(&store, one(&stream, wrong, vec![updated(media(1), 2)]))
             .await
             .expect_err("a wrong expectation");
         assert_eq!(error.kind, ErrorKind::Conflict, "{wrong:?}: {error}");
     }
-    append(&store, one(&stream, ExpectedVersion::Exactly(1), vec![updated(media(1), 2)]))
-        .await
-        .unwrap();
+    append(
+        &store,
+        one(&stream, ExpectedVersion::Exactly(1), vec![updated(media(1), 2)]),
+    )
+    .await
+    .unwrap();
     append(&store, one(&stream, ExpectedVersion::Any, vec![updated(media(1), 3)]))
         .await
         .unwrap();

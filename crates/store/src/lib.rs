@@ -15,7 +15,8 @@ mod traits;
 
 pub use error::{ErrorKind, StoreError};
 pub use traits::{
-    ExpectedVersion, ProjectionState, RowTarget, ScratchTarget, Store, StreamAppend, TableDiff, TableSet, WriteTx,
+    ExpectedVersion, ProjectionState, RowDiff, RowTarget, ScratchTarget, Store, StreamAppend, TableDiff, TableSet,
+    WriteTx,
 };
 
 /// A boxed future, the shape `Store::write` work closures return.

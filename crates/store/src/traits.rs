@@ -57,8 +57,16 @@ pub struct TableDiff {
     pub table: &'static TableSpec,
     pub live_rows: i64,
     pub replayed_rows: i64,
-    /// Up to a handful of differing rows: the key, the live row, the replayed row.
-    pub rows: Vec<(String, Option<Vec<Cell>>, Option<Vec<Cell>>)>,
+    /// Up to a handful of differing rows.
+    pub rows: Vec<RowDiff>,
+}
+
+/// One row that differs: its key, and its cells in each copy (None: absent).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RowDiff {
+    pub key: String,
+    pub live: Option<Vec<Cell>>,
+    pub replayed: Option<Vec<Cell>>,
 }
 
 /// Projection rows that folds load and write back.
@@ -81,7 +89,10 @@ pub trait WriteTx: RowTarget {
     /// Appends events atomically: all of them or none. Each stream's
     /// expectation is checked; a mismatch is a Conflict and nothing of this
     /// call is appended. Returns the stored envelopes in `seq` order.
-    fn append(&mut self, appends: Vec<StreamAppend>) -> impl Future<Output = Result<Vec<EventEnvelope>, StoreError>> + Send;
+    fn append(
+        &mut self,
+        appends: Vec<StreamAppend>,
+    ) -> impl Future<Output = Result<Vec<EventEnvelope>, StoreError>> + Send;
 
     /// Records that every live projection has folded the log up to `to`.
     /// Fails with Conflict unless each was exactly at `from` at this
@@ -98,7 +109,10 @@ pub trait WriteTx: RowTarget {
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// A live projection's position, if it is stored at `spec`'s version.
-    fn projection_position(&mut self, spec: &'static ProjectionSpec) -> impl Future<Output = Result<Option<i64>, StoreError>> + Send;
+    fn projection_position(
+        &mut self,
+        spec: &'static ProjectionSpec,
+    ) -> impl Future<Output = Result<Option<i64>, StoreError>> + Send;
 
     /// Selects the tables that `RowTarget` operations address from now on
     /// in this piece of work (live by default).
@@ -106,7 +120,11 @@ pub trait WriteTx: RowTarget {
 
     /// Reads up to `limit` events after `after`, in seq order, inside this
     /// transaction.
-    fn read_events(&mut self, after: i64, limit: usize) -> impl Future<Output = Result<Vec<EventEnvelope>, StoreError>> + Send;
+    fn read_events(
+        &mut self,
+        after: i64,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<EventEnvelope>, StoreError>> + Send;
 
     /// The highest `seq` in the log (0 when empty).
     fn head(&mut self) -> impl Future<Output = Result<i64, StoreError>> + Send;
@@ -116,9 +134,16 @@ pub trait WriteTx: RowTarget {
     fn create_shadow(&mut self, spec: &'static ProjectionSpec) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// The shadow's position (None when no shadow exists).
-    fn shadow_position(&mut self, spec: &'static ProjectionSpec) -> impl Future<Output = Result<Option<i64>, StoreError>> + Send;
+    fn shadow_position(
+        &mut self,
+        spec: &'static ProjectionSpec,
+    ) -> impl Future<Output = Result<Option<i64>, StoreError>> + Send;
 
-    fn set_shadow_position(&mut self, spec: &'static ProjectionSpec, position: i64) -> impl Future<Output = Result<(), StoreError>> + Send;
+    fn set_shadow_position(
+        &mut self,
+        spec: &'static ProjectionSpec,
+        position: i64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// Replaces the live tables of `spec` with its shadow, records the
     /// spec's version at the shadow's position. Atomic with the rest of
@@ -130,7 +155,11 @@ pub trait WriteTx: RowTarget {
 /// that can be compared with the live tables.
 pub trait ScratchTarget: RowTarget {
     /// Reads up to `limit` events after `after`, in seq order.
-    fn read_events(&mut self, after: i64, limit: usize) -> impl Future<Output = Result<Vec<EventEnvelope>, StoreError>> + Send;
+    fn read_events(
+        &mut self,
+        after: i64,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<EventEnvelope>, StoreError>> + Send;
 
     /// Makes the rows written so far durable in the scratch copy.
     fn commit_chunk(&mut self) -> impl Future<Output = Result<(), StoreError>> + Send;
@@ -175,7 +204,11 @@ pub trait Store: Clone + Send + Sync + 'static {
     fn head(&self) -> impl Future<Output = Result<i64, StoreError>> + Send;
 
     /// Rows of a live projection table by primary key, from a read connection.
-    fn load_rows(&self, table: &'static TableSpec, keys: &[String]) -> impl Future<Output = Result<Vec<Row>, StoreError>> + Send;
+    fn load_rows(
+        &self,
+        table: &'static TableSpec,
+        keys: &[String],
+    ) -> impl Future<Output = Result<Vec<Row>, StoreError>> + Send;
 
     /// Every live row of a projection table, in primary-key order. For
     /// tests, fixtures and small tables: it holds the whole table in memory.
@@ -185,7 +218,11 @@ pub trait Store: Clone + Send + Sync + 'static {
     fn projection_states(&self) -> impl Future<Output = Result<Vec<ProjectionState>, StoreError>> + Send;
 
     /// Counts live rows of `table` grouped by `column` (dashboards).
-    fn count_by(&self, table: &'static TableSpec, column: &'static str) -> impl Future<Output = Result<Vec<(Option<String>, i64)>, StoreError>> + Send;
+    fn count_by(
+        &self,
+        table: &'static TableSpec,
+        column: &'static str,
+    ) -> impl Future<Output = Result<Vec<(Option<String>, i64)>, StoreError>> + Send;
 
     /// Counts the live rows of a table.
     fn count_rows(&self, table: &'static TableSpec) -> impl Future<Output = Result<i64, StoreError>> + Send;

@@ -27,11 +27,19 @@ pub struct ColumnSpec {
 
 impl ColumnSpec {
     pub const fn required(name: &'static str, ty: ColumnType) -> Self {
-        ColumnSpec { name, ty, nullable: false }
+        ColumnSpec {
+            name,
+            ty,
+            nullable: false,
+        }
     }
 
     pub const fn optional(name: &'static str, ty: ColumnType) -> Self {
-        ColumnSpec { name, ty, nullable: true }
+        ColumnSpec {
+            name,
+            ty,
+            nullable: true,
+        }
     }
 }
 
@@ -104,7 +112,10 @@ pub struct MapError {
 
 impl MapError {
     pub fn new(table: &str, reason: String) -> Self {
-        MapError { table: table.to_string(), reason }
+        MapError {
+            table: table.to_string(),
+            reason,
+        }
     }
 }
 
@@ -126,7 +137,11 @@ pub(crate) struct CellReader {
 
 impl CellReader {
     pub(crate) fn new(table: &'static TableSpec, cells: Vec<Cell>) -> Self {
-        CellReader { table, cells: cells.into_iter(), index: 0 }
+        CellReader {
+            table,
+            cells: cells.into_iter(),
+            index: 0,
+        }
     }
 
     fn next(&mut self) -> Result<(Cell, &'static str), MapError> {
@@ -144,7 +159,10 @@ impl CellReader {
     }
 
     fn wrong(&self, column: &str, expected: &str, cell: &Cell) -> MapError {
-        MapError::new(self.table.name, format!("column {column}: expected {expected}, found {cell}"))
+        MapError::new(
+            self.table.name,
+            format!("column {column}: expected {expected}, found {cell}"),
+        )
     }
 
     pub(crate) fn optional_text(&mut self) -> Result<Option<String>, MapError> {
@@ -224,7 +242,10 @@ impl CellReader {
     pub(crate) fn optional_parsed<T: std::str::FromStr<Err = String>>(&mut self) -> Result<Option<T>, MapError> {
         match self.optional_text()? {
             None => Ok(None),
-            Some(text) => text.parse().map(Some).map_err(|reason| MapError::new(self.table.name, reason)),
+            Some(text) => text
+                .parse()
+                .map(Some)
+                .map_err(|reason| MapError::new(self.table.name, reason)),
         }
     }
 }

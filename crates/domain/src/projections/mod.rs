@@ -17,8 +17,12 @@ mod operations;
 mod working_set;
 
 pub use cells::{Cell, ColumnSpec, ColumnType, MapError, TableSpec};
-pub use media_registry::{media_key, region_key, MediaRegistry, MediaRow, RegionRow, MEDIA_REGISTRY, MEDIA_TABLE, REGIONS_TABLE};
-pub use operations::{operation_key, MediaOperations, OperationRow, INGESTION_FILE, MEDIA_OPERATIONS, OPERATIONS_TABLE};
+pub use media_registry::{
+    media_key, region_key, MediaRegistry, MediaRow, RegionRow, MEDIA_REGISTRY, MEDIA_TABLE, REGIONS_TABLE,
+};
+pub use operations::{
+    operation_key, MediaOperations, OperationRow, INGESTION_FILE, MEDIA_OPERATIONS, OPERATIONS_TABLE,
+};
 pub use working_set::{RowKey, WorkingSet};
 
 use crate::envelope::EventEnvelope;
@@ -52,6 +56,9 @@ pub trait Projector: Sync {
 
 /// A row of any projection table. The variants are the tables; the mappers
 /// (`to_cells` / `from_cells`) are written out per table.
+// Rows live in the working set's map and are written out in place; boxing the
+// large variant would add an allocation per row for no saving.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Row {
     Media(MediaRow),
@@ -146,4 +153,19 @@ pub fn table_by_name(name: &str) -> Option<&'static TableSpec> {
         .iter()
         .flat_map(|projector| projector.spec().tables.iter().copied())
         .find(|table| table.name == name)
+}
+
+/// The row a stream owns, if any: the media row of `media-<id>`, the
+/// operation row of `operation-<id>`. Such a row is born with its stream's
+/// first event, so when a fold sees an event at stream version 1 the row
+/// cannot exist yet and need not be looked up.
+pub fn row_owned_by(stream: &crate::envelope::StreamId) -> Option<RowKey> {
+    let text = stream.as_str();
+    if let Some(id) = text.strip_prefix("media-") {
+        return Some(RowKey::new(&MEDIA_TABLE, id.to_string()));
+    }
+    if let Some(id) = text.strip_prefix("operation-") {
+        return Some(RowKey::new(&OPERATIONS_TABLE, id.to_string()));
+    }
+    None
 }

@@ -2,8 +2,8 @@
 //! claim and last outcome. The operation's timeline is its event stream.
 
 use super::cells::{
-    integer_or_null, text_or_null, timestamp_or_null, uuid_or_null, Cell, CellReader, ColumnSpec, ColumnType,
-    MapError, TableSpec,
+    integer_or_null, text_or_null, timestamp_or_null, uuid_or_null, Cell, CellReader, ColumnSpec, ColumnType, MapError,
+    TableSpec,
 };
 use super::working_set::{RowKey, WorkingSet};
 use super::{ProjectionSpec, Projector, Row};
@@ -104,7 +104,8 @@ impl OperationRow {
             text_or_null(&self.revision),
             Cell::Json(self.inputs.clone()),
             Cell::Text(self.status.as_str().to_string()),
-            self.stage.map_or(Cell::Null, |stage| Cell::Text(stage.as_str().to_string())),
+            self.stage
+                .map_or(Cell::Null, |stage| Cell::Text(stage.as_str().to_string())),
             Cell::Integer(self.priority),
             Cell::Integer(self.attempt_count),
             Cell::Integer(self.interruption_count),

@@ -48,7 +48,13 @@ impl WorkingSet {
 
     /// Inserts or replaces a row.
     pub fn put(&mut self, row: Row) {
-        self.slots.insert(row.key(), Slot { row: Some(row), dirty: true });
+        self.slots.insert(
+            row.key(),
+            Slot {
+                row: Some(row),
+                dirty: true,
+            },
+        );
     }
 
     /// Deletes a row. Rows whose parent it is vanish with it, as the
