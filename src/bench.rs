@@ -108,6 +108,33 @@ async fn append(template: &SqliteConfig, dir: &Path, args: &BenchArgs) -> anyhow
     let floor_store = fresh_store(template, dir, "bench-append-floor.db").await?;
     let floor_elapsed = floor::plain_inserts(&floor_store, &rows, args.batch).await?;
 
+    // The same batches from several concurrent clients: the writer groups
+    // whatever is waiting into one commit (group commit).
+    let clients = 4usize;
+    let concurrent_appends = LifecycleWorkload::new(start).appends(args.events);
+    let concurrent_batches = LifecycleWorkload::batches(concurrent_appends, args.batch);
+    let store = fresh_store(template, dir, "bench-append-concurrent.db").await?;
+    let (engine, _) = Engine::open(store).await?;
+    let mut per_client: Vec<Vec<_>> = (0..clients).map(|_| Vec::new()).collect();
+    for (index, batch) in concurrent_batches.into_iter().enumerate() {
+        per_client[index % clients].push(batch);
+    }
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for batches in per_client {
+        let engine = engine.clone();
+        tasks.push(tokio::spawn(async move {
+            for batch in batches {
+                engine.append(batch).await?;
+            }
+            Ok::<_, opledger_engine::EngineError>(())
+        }));
+    }
+    for task in tasks {
+        task.await??;
+    }
+    let ours_concurrent = started.elapsed();
+
     // Unbatched: one event per transaction.
     let single_appends = LifecycleWorkload::new(start).appends(args.unbatched_events);
     let single_rows = floor_rows(&single_appends);
@@ -138,6 +165,15 @@ async fn append(template: &SqliteConfig, dir: &Path, args: &BenchArgs) -> anyhow
             "events_per_sec": batched_rate.round(),
             "floor_events_per_sec": floor_rate.round(),
             "ratio_to_floor": round3(batched_rate / floor_rate),
+        },
+        "batched_concurrent": {
+            "events": events,
+            "events_per_command": args.batch,
+            "clients": clients,
+            "seconds": ours_concurrent.as_secs_f64(),
+            "events_per_sec": per_second(events, ours_concurrent).round(),
+            "floor_events_per_sec": floor_rate.round(),
+            "ratio_to_floor": round3(per_second(events, ours_concurrent) / floor_rate),
         },
         "unbatched": {
             "events": single_events,

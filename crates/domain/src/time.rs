@@ -45,9 +45,15 @@ impl Timestamp {
             .map_err(|error| format!("invalid RFC 3339 timestamp {text:?}: {error}"))
     }
 
-    /// This instant plus a number of milliseconds (saturating).
+    /// The latest instant every backend can store and print:
+    /// 9999-12-31T23:59:59.999999Z.
+    pub const MAX: Timestamp = Timestamp(253_402_300_799_999_999);
+
+    /// This instant plus a number of milliseconds, saturating at
+    /// [`Timestamp::MAX`] so a huge duration can never make an instant that
+    /// cannot be printed or stored.
     pub fn plus_millis(self, millis: i64) -> Self {
-        Timestamp(self.0.saturating_add(millis.saturating_mul(1000)))
+        Timestamp(self.0.saturating_add(millis.saturating_mul(1000)).min(Self::MAX.0))
     }
 }
 
@@ -81,6 +87,13 @@ mod tests {
         assert_eq!(text, "2025-11-30T09:47:24.000001Z");
         assert_eq!(Timestamp::parse(&text).unwrap(), at);
         assert_eq!(Timestamp::from_micros(0).to_rfc3339(), "1970-01-01T00:00:00.000000Z");
+    }
+
+    #[test]
+    fn adding_a_huge_duration_saturates_at_the_largest_printable_instant() {
+        let far = Timestamp::from_micros(0).plus_millis(i64::MAX);
+        assert_eq!(far, Timestamp::MAX);
+        assert_eq!(far.to_rfc3339(), "9999-12-31T23:59:59.999999Z");
     }
 
     #[test]

@@ -26,6 +26,10 @@ use opledger_domain::{
 use opledger_store::{ExpectedVersion, RowTarget, Store, StreamAppend, WriteTx};
 use serde_json::Value;
 
+/// The longest lease a claim may take. A worker that needs longer
+/// heartbeats; a lease of years would hide a dead worker for years.
+pub const MAX_LEASE_MS: i64 = 7 * 86_400_000;
+
 /// Who issues a command, and which flow it belongs to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CommandContext {
@@ -425,8 +429,11 @@ impl<S: Store> Engine<S> {
         worker: &str,
         lease_ms: i64,
     ) -> Result<String, EngineError> {
-        if lease_ms <= 0 {
-            return Err(EngineError::invalid("a lease must be longer than zero"));
+        if lease_ms <= 0 || lease_ms > MAX_LEASE_MS {
+            return Err(EngineError::invalid(format!(
+                "a lease must be between 1 ms and {} days, not {lease_ms} ms",
+                MAX_LEASE_MS / 86_400_000
+            )));
         }
         let claim_token = self.ids.next().to_string();
         let lease_expires_at = self.clock.now().plus_millis(lease_ms);

@@ -20,7 +20,7 @@ mod replay;
 mod startup;
 
 pub use clock::{Clock, FixedClock, Ids, SequentialIds, SystemClock, UuidV7Ids};
-pub use commands::{CommandContext, NewOperation};
+pub use commands::{CommandContext, NewOperation, MAX_LEASE_MS};
 pub use error::EngineError;
 pub use fold::{fold_events, FOLD_CHUNK};
 pub use queries::{ProjectionLag, StatusReport};
