@@ -90,33 +90,19 @@ fn synchronous_name(template: &SqliteConfig) -> &'static str {
     }
 }
 
-async fn append(template: &SqliteConfig, dir: &Path, args: &BenchArgs) -> anyhow::Result<Value> {
-    let start = Timestamp::from_micros(START);
-
-    // Batched: `batch` events a transaction, inline projections.
-    let appends = LifecycleWorkload::new(start).appends(args.events);
-    let events: u64 = appends.iter().map(|append| append.events.len() as u64).sum();
-    let rows = floor_rows(&appends);
+/// One timed pass of our batched path over fresh databases.
+async fn ours_batched(
+    template: &SqliteConfig,
+    dir: &Path,
+    args: &BenchArgs,
+    clients: usize,
+) -> anyhow::Result<Duration> {
+    let appends = LifecycleWorkload::new(Timestamp::from_micros(START)).appends(args.events);
     let batches = LifecycleWorkload::batches(appends, args.batch);
     let store = fresh_store(template, dir, "bench-append-batched.db").await?;
     let (engine, _) = Engine::open(store).await?;
-    let started = Instant::now();
-    for batch in batches {
-        engine.append(batch).await?;
-    }
-    let ours = started.elapsed();
-    let floor_store = fresh_store(template, dir, "bench-append-floor.db").await?;
-    let floor_elapsed = floor::plain_inserts(&floor_store, &rows, args.batch).await?;
-
-    // The same batches from several concurrent clients: the writer groups
-    // whatever is waiting into one commit (group commit).
-    let clients = 4usize;
-    let concurrent_appends = LifecycleWorkload::new(start).appends(args.events);
-    let concurrent_batches = LifecycleWorkload::batches(concurrent_appends, args.batch);
-    let store = fresh_store(template, dir, "bench-append-concurrent.db").await?;
-    let (engine, _) = Engine::open(store).await?;
     let mut per_client: Vec<Vec<_>> = (0..clients).map(|_| Vec::new()).collect();
-    for (index, batch) in concurrent_batches.into_iter().enumerate() {
+    for (index, batch) in batches.into_iter().enumerate() {
         per_client[index % clients].push(batch);
     }
     let started = Instant::now();
@@ -133,57 +119,95 @@ async fn append(template: &SqliteConfig, dir: &Path, args: &BenchArgs) -> anyhow
     for task in tasks {
         task.await??;
     }
-    let ours_concurrent = started.elapsed();
+    Ok(started.elapsed())
+}
 
-    // Unbatched: one event per transaction.
-    let single_appends = LifecycleWorkload::new(start).appends(args.unbatched_events);
-    let single_rows = floor_rows(&single_appends);
-    let singles = LifecycleWorkload::one_event_each(single_appends);
-    let single_events = singles.len() as u64;
+async fn ours_unbatched(template: &SqliteConfig, dir: &Path, args: &BenchArgs) -> anyhow::Result<Duration> {
+    let appends = LifecycleWorkload::new(Timestamp::from_micros(START)).appends(args.unbatched_events);
+    let singles = LifecycleWorkload::one_event_each(appends);
     let store = fresh_store(template, dir, "bench-append-unbatched.db").await?;
     let (engine, _) = Engine::open(store).await?;
     let started = Instant::now();
     for single in singles {
         engine.append(vec![single]).await?;
     }
-    let ours_single = started.elapsed();
-    let floor_store = fresh_store(template, dir, "bench-append-floor-unbatched.db").await?;
-    let floor_single = floor::plain_inserts(&floor_store, &single_rows, 1).await?;
+    Ok(started.elapsed())
+}
 
-    let batched_rate = per_second(events, ours);
-    let floor_rate = per_second(events, floor_elapsed);
-    let single_rate = per_second(single_events, ours_single);
-    let floor_single_rate = per_second(single_events, floor_single);
+fn median(mut samples: Vec<Duration>) -> Duration {
+    samples.sort();
+    samples[samples.len() / 2]
+}
+
+fn figure(events: u64, per_transaction: usize, ours: Duration, floor: Duration, extra: Value) -> Value {
+    let rate = per_second(events, ours);
+    let floor_rate = per_second(events, floor);
+    let mut figure = json!({
+        "events": events,
+        "events_per_transaction": per_transaction,
+        "seconds": ours.as_secs_f64(),
+        "events_per_sec": rate.round(),
+        "floor_events_per_sec": floor_rate.round(),
+        "ratio_to_floor": round3(rate / floor_rate),
+    });
+    if let (Value::Object(figure), Value::Object(extra)) = (&mut figure, extra) {
+        figure.extend(extra);
+    }
+    figure
+}
+
+async fn append(template: &SqliteConfig, dir: &Path, args: &BenchArgs) -> anyhow::Result<Value> {
+    let start = Timestamp::from_micros(START);
+    let appends = LifecycleWorkload::new(start).appends(args.events);
+    let events: u64 = appends.iter().map(|append| append.events.len() as u64).sum();
+    let rows = floor_rows(&appends);
+    let single_appends = LifecycleWorkload::new(start).appends(args.unbatched_events);
+    let single_rows = floor_rows(&single_appends);
+    let single_events = single_rows.len() as u64;
+    let clients = 4;
+
+    // Our path and the floor alternate, round after round, and each figure
+    // is the median of its rounds: the disk's fsync latency drifts over
+    // minutes on shared machines, and alternating keeps both sides on the
+    // same disk weather.
+    let rounds = args.rounds.max(1);
+    let (mut batched, mut floor_batched, mut concurrent) = (Vec::new(), Vec::new(), Vec::new());
+    let mut floor_multi_row = Vec::new();
+    let (mut unbatched, mut floor_unbatched) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        batched.push(ours_batched(template, dir, args, 1).await?);
+        let floor_store = fresh_store(template, dir, "bench-append-floor.db").await?;
+        floor_batched.push(floor::plain_inserts(&floor_store, &rows, args.batch).await?);
+        let floor_store = fresh_store(template, dir, "bench-append-floor-multi-row.db").await?;
+        floor_multi_row.push(floor::multi_row_inserts(&floor_store, &rows, args.batch).await?);
+        concurrent.push(ours_batched(template, dir, args, clients).await?);
+        unbatched.push(ours_unbatched(template, dir, args).await?);
+        let floor_store = fresh_store(template, dir, "bench-append-floor-unbatched.db").await?;
+        floor_unbatched.push(floor::plain_inserts(&floor_store, &single_rows, 1).await?);
+    }
+    let floor_batched = median(floor_batched);
+    let floor_multi_row = median(floor_multi_row);
+    let batched = median(batched);
+    let multi_row_rate = per_second(events, floor_multi_row);
     Ok(json!({
         "workload": "append",
-        "backend": engine.store().backend(),
+        "backend": "sqlite",
         "synchronous": synchronous_name(template),
-        "batched": {
-            "events": events,
-            "events_per_transaction": args.batch,
-            "seconds": ours.as_secs_f64(),
-            "events_per_sec": batched_rate.round(),
-            "floor_events_per_sec": floor_rate.round(),
-            "ratio_to_floor": round3(batched_rate / floor_rate),
-        },
-        "batched_concurrent": {
-            "events": events,
-            "events_per_command": args.batch,
-            "clients": clients,
-            "seconds": ours_concurrent.as_secs_f64(),
-            "events_per_sec": per_second(events, ours_concurrent).round(),
-            "floor_events_per_sec": floor_rate.round(),
-            "ratio_to_floor": round3(per_second(events, ours_concurrent) / floor_rate),
-        },
-        "unbatched": {
-            "events": single_events,
-            "events_per_transaction": 1,
-            "seconds": ours_single.as_secs_f64(),
-            "events_per_sec": single_rate.round(),
-            "floor_events_per_sec": floor_single_rate.round(),
-            "ratio_to_floor": round3(single_rate / floor_single_rate),
-        },
-        "floor": "plain prepared INSERTs of the same rows into a table with the log's columns and stream index, no triggers, no projections, same transaction sizes, same synchronous setting",
+        "rounds": rounds,
+        "batched": figure(
+            events,
+            args.batch,
+            batched,
+            floor_batched,
+            json!({
+                "floor_multi_row_events_per_sec": multi_row_rate.round(),
+                "ratio_to_multi_row_floor": round3(per_second(events, batched) / multi_row_rate),
+            })
+        ),
+        "batched_concurrent": figure(events, args.batch, median(concurrent), floor_batched, json!({"clients": clients})),
+        "unbatched": figure(single_events, 1, median(unbatched), median(floor_unbatched), json!({})),
+        "floor": "plain prepared INSERTs (one row each) of the same rows into a table with the log's columns and stream index, no triggers, no projections, same transaction sizes, same synchronous setting; the multi-row floor inserts up to 90 rows per statement",
+        "workload_events": "media registrations, each followed by 4 thumbnail operations living created, claimed, started, progress, succeeded",
     }))
 }
 

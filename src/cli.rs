@@ -84,6 +84,9 @@ pub struct BenchArgs {
     /// Events appended one per transaction for the unbatched figure.
     #[arg(long, default_value_t = 2_000)]
     pub unbatched_events: u64,
+    /// Rounds of each measurement; figures are medians (ours and the floor alternate).
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
     /// Folder for the benchmark databases (a temporary folder when absent).
     #[arg(long)]
     pub dir: Option<PathBuf>,

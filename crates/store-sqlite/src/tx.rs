@@ -17,6 +17,10 @@ pub struct SqliteTx {
     connection: SqliteConnection,
     /// The log head as of this transaction, once read.
     head: Option<i64>,
+    /// Every projection's (version, position) as of this transaction, once
+    /// read. Safe to cache: the writer holds the write lock, so only this
+    /// transaction can change them until it commits.
+    positions: Option<BTreeMap<String, (i64, i64)>>,
     tables: TableSet,
     /// Writes gathered since the last read, sent in one round trip before
     /// the next read, the position update, or the end of the piece of work.
@@ -26,6 +30,7 @@ pub struct SqliteTx {
 /// What `restore` needs to undo a rolled-back piece of work's cached state.
 pub(crate) struct Checkpoint {
     head: Option<i64>,
+    positions: Option<BTreeMap<String, (i64, i64)>>,
 }
 
 impl SqliteTx {
@@ -33,6 +38,7 @@ impl SqliteTx {
         SqliteTx {
             connection,
             head: None,
+            positions: None,
             tables: TableSet::Live,
             pending: rows::Batch::default(),
         }
@@ -50,16 +56,21 @@ impl SqliteTx {
     /// may have appended since.
     pub(crate) fn begin_transaction(&mut self) {
         self.head = None;
+        self.positions = None;
         self.tables = TableSet::Live;
     }
 
     pub(crate) fn checkpoint(&mut self) -> Checkpoint {
         self.tables = TableSet::Live;
-        Checkpoint { head: self.head }
+        Checkpoint {
+            head: self.head,
+            positions: self.positions.clone(),
+        }
     }
 
     pub(crate) fn restore(&mut self, checkpoint: Checkpoint) {
         self.head = checkpoint.head;
+        self.positions = checkpoint.positions;
         self.tables = TableSet::Live;
         self.pending.clear();
     }
@@ -93,20 +104,46 @@ impl SqliteTx {
         Ok(head)
     }
 
+    /// Every projection's (version, position), from the cache or the database.
+    async fn projection_positions(&mut self) -> Result<BTreeMap<String, (i64, i64)>, StoreError> {
+        if let Some(positions) = &self.positions {
+            return Ok(positions.clone());
+        }
+        self.flush().await?;
+        let rows: Vec<(String, i64, i64)> = sqlx::query_as("SELECT name, version, position FROM projection_positions")
+            .fetch_all(&mut self.connection)
+            .await
+            .map_err(|error| map(error, "reading projection positions"))?;
+        let positions: BTreeMap<String, (i64, i64)> = rows
+            .into_iter()
+            .map(|(name, version, position)| (name, (version, position)))
+            .collect();
+        self.positions = Some(positions.clone());
+        Ok(positions)
+    }
+
     /// The current version of each stream (absent: 0), and the log head,
     /// read together in as few round trips as possible.
     async fn stream_versions(&mut self, streams: &[&str]) -> Result<BTreeMap<String, i64>, StoreError> {
         self.flush().await?;
         let mut versions = BTreeMap::new();
         for chunk in streams.chunks(500) {
+            // The head and the projection positions ride along with the
+            // first query of the transaction: one round trip instead of three.
             let head_part = if self.head.is_none() {
-                " UNION ALL SELECT NULL, COALESCE(MAX(seq), 0) FROM media_operation_events"
+                " UNION ALL SELECT NULL, COALESCE(MAX(seq), 0), 0 FROM media_operation_events"
+            } else {
+                ""
+            };
+            let positions_part = if self.positions.is_none() {
+                self.positions = Some(BTreeMap::new());
+                " UNION ALL SELECT name, position, version + 1 FROM projection_positions"
             } else {
                 ""
             };
             let sql = format!(
-                "SELECT stream_id, MAX(stream_version) FROM media_operation_events \
-                 WHERE stream_id IN ({}) GROUP BY stream_id{head_part}",
+                "SELECT stream_id, MAX(stream_version), 0 FROM media_operation_events \
+                 WHERE stream_id IN ({}) GROUP BY stream_id{head_part}{positions_part}",
                 vec!["?"; chunk.len()].join(", ")
             );
             let mut query = sqlx::query(&sql);
@@ -118,11 +155,19 @@ impl SqliteTx {
                 .await
                 .map_err(|error| map(error, "reading stream versions"))?
             {
-                match row.get::<Option<String>, _>(0) {
-                    Some(stream) => {
+                // The third column tells the parts apart: 0 for streams and
+                // the head, version + 1 (always > 0) for projection positions.
+                let tag: i64 = row.get(2);
+                match (row.get::<Option<String>, _>(0), tag) {
+                    (Some(name), tag) if tag > 0 => {
+                        if let Some(positions) = self.positions.as_mut() {
+                            positions.insert(name, (tag - 1, row.get::<i64, _>(1)));
+                        }
+                    }
+                    (Some(stream), _) => {
                         versions.insert(stream, row.get::<i64, _>(1));
                     }
-                    None => self.head = Some(row.get::<i64, _>(1)),
+                    (None, _) => self.head = Some(row.get::<i64, _>(1)),
                 }
             }
         }
@@ -220,29 +265,46 @@ impl WriteTx for SqliteTx {
     }
 
     async fn advance_positions(&mut self, from: i64, to: i64) -> Result<(), StoreError> {
-        self.flush().await?;
-        let specs = all_specs();
-        let conditions = vec!["(name = ? AND version = ?)"; specs.len()].join(" OR ");
-        let sql = format!("UPDATE projection_positions SET position = ? WHERE position = ? AND ({conditions})");
-        let mut query = sqlx::query(&sql).bind(to).bind(from);
-        for spec in &specs {
-            query = query.bind(spec.name).bind(i64::from(spec.version));
+        let positions = self.projection_positions().await?;
+        for spec in all_specs() {
+            match positions.get(spec.name) {
+                Some((version, position)) if *version == i64::from(spec.version) && *position == from => {}
+                found => {
+                    return Err(StoreError::conflict(format!(
+                        "projection {} is at {found:?} (version, seq), not at seq {from} at version {}; \
+                         the database was changed by another version of opledger or needs catching up (restart)",
+                        spec.name, spec.version
+                    )))
+                }
+            }
         }
-        let updated = query
-            .execute(&mut self.connection)
-            .await
-            .map_err(|error| map(error, "advancing projection positions"))?
-            .rows_affected();
-        if updated != specs.len() as u64 {
-            return Err(StoreError::conflict(format!(
-                "projections are not all at seq {from} at this build's versions; \
-                 the database was changed by another version of opledger or needs catching up (restart)"
-            )));
+        // Checked under the write lock, so the update cannot miss: it joins
+        // the gathered writes instead of costing a round trip of its own.
+        let specs = all_specs();
+        let sql = format!(
+            "UPDATE projection_positions SET position = ? WHERE position = ? AND name IN ({})",
+            vec!["?"; specs.len()].join(", ")
+        );
+        self.pending.push(&sql, |args| {
+            rows::add_cell(args, &Cell::Integer(to));
+            rows::add_cell(args, &Cell::Integer(from));
+            for spec in &specs {
+                rows::add_cell(args, &Cell::Text(spec.name.to_string()));
+            }
+        });
+        if let Some(positions) = self.positions.as_mut() {
+            for spec in all_specs() {
+                if let Some(entry) = positions.get_mut(spec.name) {
+                    entry.1 = to;
+                }
+            }
         }
         Ok(())
     }
 
     async fn advance_position(&mut self, spec: &'static ProjectionSpec, from: i64, to: i64) -> Result<(), StoreError> {
+        // Positions change below; forget the cached copy.
+        self.positions = None;
         self.flush().await?;
         let updated =
             sqlx::query("UPDATE projection_positions SET position = ? WHERE name = ? AND version = ? AND position = ?")
@@ -287,6 +349,8 @@ impl WriteTx for SqliteTx {
     }
 
     async fn create_shadow(&mut self, spec: &'static ProjectionSpec) -> Result<(), StoreError> {
+        // Positions change below; forget the cached copy.
+        self.positions = None;
         self.flush().await?;
         for table in spec.tables.iter().rev() {
             let sql = format!("DROP TABLE IF EXISTS {}", ddl::table_name(table.name, Copy::Shadow));
@@ -320,6 +384,8 @@ impl WriteTx for SqliteTx {
     }
 
     async fn set_shadow_position(&mut self, spec: &'static ProjectionSpec, position: i64) -> Result<(), StoreError> {
+        // Positions change below; forget the cached copy.
+        self.positions = None;
         self.flush().await?;
         sqlx::query("UPDATE projection_positions SET position = ? WHERE name = ?")
             .bind(position)
@@ -331,6 +397,8 @@ impl WriteTx for SqliteTx {
     }
 
     async fn swap_shadow(&mut self, spec: &'static ProjectionSpec) -> Result<(), StoreError> {
+        // Positions change below; forget the cached copy.
+        self.positions = None;
         let position = self
             .shadow_position(spec)
             .await?

@@ -103,6 +103,8 @@ pub(crate) async fn run(mut tx: SqliteTx, mut jobs: mpsc::Receiver<Box<dyn Job>>
 }
 
 async fn run_group(tx: &mut SqliteTx, group: Vec<Box<dyn Job>>) {
+    let started = std::time::Instant::now();
+    let pieces = group.len();
     if let Err(error) = execute(tx, "BEGIN IMMEDIATE").await {
         for job in group {
             job.abort(error.clone());
@@ -164,11 +166,18 @@ async fn run_group(tx: &mut SqliteTx, group: Vec<Box<dyn Job>>) {
             Err(_) => {}
         }
     }
+    let worked = started.elapsed();
     let commit = match broken {
         Some(error) => Err(error),
         None if !any_ok => Err(StoreError::unavailable("nothing to commit")),
         None => execute(tx, "COMMIT").await,
     };
+    tracing::trace!(
+        pieces,
+        work_us = worked.as_micros() as u64,
+        commit_us = (started.elapsed() - worked).as_micros() as u64,
+        "write group"
+    );
     if commit.is_err() {
         // Nothing of this group is durable; make sure the transaction is gone.
         let _ = execute(tx, "ROLLBACK").await;
