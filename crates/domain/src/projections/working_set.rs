@@ -2,7 +2,7 @@
 
 use super::cells::TableSpec;
 use super::Row;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Names one row: its table and its primary key rendered as text.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -29,6 +29,9 @@ struct Slot {
 #[derive(Debug, Clone, Default)]
 pub struct WorkingSet {
     slots: BTreeMap<RowKey, Slot>,
+    /// The keys of dirty slots, so writing back costs the changes, not the
+    /// size of the cache (replay keeps up to 100,000 rows cached).
+    dirty: BTreeSet<RowKey>,
 }
 
 impl WorkingSet {
@@ -60,12 +63,14 @@ impl WorkingSet {
     /// Deletes a row. Rows whose parent it is vanish with it, as the
     /// stores' ON DELETE CASCADE makes them vanish from stored tables.
     pub fn delete(&mut self, key: &RowKey) {
+        self.dirty.insert(key.clone());
         self.slots.insert(key.clone(), Slot { row: None, dirty: true });
-        for slot in self.slots.values_mut() {
+        for (child_key, slot) in self.slots.iter_mut() {
             if slot.row.as_ref().and_then(Row::parent).as_ref() == Some(key) {
                 // The stored copy (if any) goes by cascade; nothing to write.
                 slot.row = None;
                 slot.dirty = false;
+                self.dirty.remove(child_key);
             }
         }
     }
@@ -81,11 +86,14 @@ impl WorkingSet {
     /// The changed rows, clearing their dirty marks: `(key, Some(row))` to
     /// upsert, `(key, None)` to delete.
     pub fn take_dirty(&mut self) -> Vec<(RowKey, Option<Row>)> {
-        let mut changes = Vec::new();
-        for (key, slot) in self.slots.iter_mut() {
-            if slot.dirty {
-                slot.dirty = false;
-                changes.push((key.clone(), slot.row.clone()));
+        let mut changes = Vec::with_capacity(self.dirty.len());
+        for key in std::mem::take(&mut self.dirty) {
+            if let Some(slot) = self.slots.get_mut(&key) {
+                if slot.dirty {
+                    slot.dirty = false;
+                    let row = slot.row.clone();
+                    changes.push((key, row));
+                }
             }
         }
         changes
@@ -94,6 +102,7 @@ impl WorkingSet {
     /// Forgets every row; callers flush dirty rows first.
     pub fn clear(&mut self) {
         self.slots.clear();
+        self.dirty.clear();
     }
 
     /// Every present row, in key order.
