@@ -51,8 +51,10 @@ impl WorkingSet {
 
     /// Inserts or replaces a row.
     pub fn put(&mut self, row: Row) {
+        let key = row.key();
+        self.dirty.insert(key.clone());
         self.slots.insert(
-            row.key(),
+            key,
             Slot {
                 row: Some(row),
                 dirty: true,
@@ -108,5 +110,70 @@ impl WorkingSet {
     /// Every present row, in key order.
     pub fn rows(&self) -> impl Iterator<Item = &Row> {
         self.slots.values().filter_map(|slot| slot.row.as_ref())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::{MediaId, RegionId};
+    use crate::projections::{MediaRow, RegionRow};
+    use crate::time::Timestamp;
+    use uuid::Uuid;
+
+    fn media(n: u128) -> Row {
+        Row::Media(MediaRow {
+            media_id: MediaId(Uuid::from_u128(n)),
+            path: format!("/{n}"),
+            media_kind: "image".into(),
+            content_digest: None,
+            byte_size: None,
+            registered_at: Timestamp::from_micros(0),
+            updated_at: Timestamp::from_micros(0),
+            version: 1,
+        })
+    }
+
+    fn region(n: u128, parent: u128) -> Row {
+        Row::Region(RegionRow {
+            region_id: RegionId(Uuid::from_u128(n)),
+            media_id: MediaId(Uuid::from_u128(parent)),
+            x: 0,
+            y: 0,
+            width: 1,
+            height: 1,
+            region_revision: 1,
+            created_at: Timestamp::from_micros(0),
+        })
+    }
+
+    #[test]
+    fn put_rows_are_written_back_exactly_once() {
+        let mut rows = WorkingSet::default();
+        rows.insert_loaded(media(1).key(), None);
+        rows.insert_loaded(media(2).key(), Some(media(2)));
+        rows.put(media(1));
+        let changes = rows.take_dirty();
+        assert_eq!(changes, vec![(media(1).key(), Some(media(1)))]);
+        assert!(
+            rows.take_dirty().is_empty(),
+            "a written row is clean until changed again"
+        );
+        assert_eq!(rows.get(&media(1).key()), Some(&media(1)), "written rows stay cached");
+    }
+
+    #[test]
+    fn deleting_a_parent_drops_its_cached_children_without_writing_them() {
+        let mut rows = WorkingSet::default();
+        rows.put(media(1));
+        rows.put(region(10, 1));
+        rows.put(region(11, 2));
+        rows.delete(&media(1).key());
+        let changes = rows.take_dirty();
+        assert_eq!(
+            changes,
+            vec![(media(1).key(), None), (region(11, 2).key(), Some(region(11, 2)))]
+        );
+        assert!(rows.get(&region(10, 1).key()).is_none());
     }
 }
