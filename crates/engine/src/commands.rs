@@ -213,28 +213,13 @@ impl<S: Store> Engine<S> {
         if byte_size.is_some_and(|size| size < 0) {
             return Err(EngineError::invalid("byte size cannot be negative"));
         }
-        let stamp = self.stamp(context);
-        let path = path.to_string();
-        self.store
-            .write(move |tx: &mut S::Tx| {
-                Box::pin(async move {
-                    let mut rows = WorkingSet::default();
-                    let media = load_media(tx, &mut rows, media_id).await?;
-                    let event = Event::MediaUpdated(MediaUpdated {
-                        media_id,
-                        path,
-                        content_digest,
-                        byte_size,
-                    });
-                    let appends = vec![StreamAppend {
-                        stream_id: StreamId::media(media_id),
-                        expected: ExpectedVersion::Exactly(media.version),
-                        events: vec![stamp.event(event)],
-                    }];
-                    commit_appends(tx, &mut rows, appends).await.map(single)
-                })
-            })
-            .await
+        let event = Event::MediaUpdated(MediaUpdated {
+            media_id,
+            path: path.to_string(),
+            content_digest,
+            byte_size,
+        });
+        self.media_command(context, media_id, None, event).await
     }
 
     /// Removes a media item; its regions go with it.
@@ -244,22 +229,11 @@ impl<S: Store> Engine<S> {
         media_id: MediaId,
         reason: &str,
     ) -> Result<EventEnvelope, EngineError> {
-        let stamp = self.stamp(context);
-        let reason = reason.to_string();
-        self.store
-            .write(move |tx: &mut S::Tx| {
-                Box::pin(async move {
-                    let mut rows = WorkingSet::default();
-                    let media = load_media(tx, &mut rows, media_id).await?;
-                    let appends = vec![StreamAppend {
-                        stream_id: StreamId::media(media_id),
-                        expected: ExpectedVersion::Exactly(media.version),
-                        events: vec![stamp.event(Event::MediaRemoved(MediaRemoved { media_id, reason }))],
-                    }];
-                    commit_appends(tx, &mut rows, appends).await.map(single)
-                })
-            })
-            .await
+        let event = Event::MediaRemoved(MediaRemoved {
+            media_id,
+            reason: reason.to_string(),
+        });
+        self.media_command(context, media_id, None, event).await
     }
 
     /// Adds a region to a media item and returns its new id.
@@ -274,28 +248,14 @@ impl<S: Store> Engine<S> {
             return Err(EngineError::invalid("a region needs a non-empty bounding box"));
         }
         let region_id = RegionId(self.ids.next());
-        let stamp = self.stamp(context);
-        self.store
-            .write(move |tx: &mut S::Tx| {
-                Box::pin(async move {
-                    let mut rows = WorkingSet::default();
-                    let media = load_media(tx, &mut rows, media_id).await?;
-                    let event = Event::RegionAdded(RegionAdded {
-                        region_id,
-                        media_id,
-                        bbox,
-                        region_revision,
-                    });
-                    let appends = vec![StreamAppend {
-                        stream_id: StreamId::media(media_id),
-                        expected: ExpectedVersion::Exactly(media.version),
-                        events: vec![stamp.event(event)],
-                    }];
-                    commit_appends(tx, &mut rows, appends).await?;
-                    Ok::<_, EngineError>(region_id)
-                })
-            })
-            .await
+        let event = Event::RegionAdded(RegionAdded {
+            region_id,
+            media_id,
+            bbox,
+            region_revision,
+        });
+        self.media_command(context, media_id, None, event).await?;
+        Ok(region_id)
     }
 
     /// Removes one region of a media item.
@@ -306,26 +266,39 @@ impl<S: Store> Engine<S> {
         region_id: RegionId,
         reason: &str,
     ) -> Result<EventEnvelope, EngineError> {
+        let event = Event::RegionRemoved(RegionRemoved {
+            region_id,
+            media_id,
+            reason: reason.to_string(),
+        });
+        self.media_command(context, media_id, Some(region_id), event).await
+    }
+
+    /// Appends one event to a registered media item's stream, at the version
+    /// its row shows. `region_id`, when given, must be a region of that item.
+    async fn media_command(
+        &self,
+        context: &CommandContext,
+        media_id: MediaId,
+        region_id: Option<RegionId>,
+        event: Event,
+    ) -> Result<EventEnvelope, EngineError> {
         let stamp = self.stamp(context);
-        let reason = reason.to_string();
         self.store
             .write(move |tx: &mut S::Tx| {
                 Box::pin(async move {
                     let mut rows = WorkingSet::default();
                     let media = load_media(tx, &mut rows, media_id).await?;
-                    let key = region_key(region_id);
-                    let loaded = tx.load_rows(&REGIONS_TABLE, std::slice::from_ref(&key.key)).await?;
-                    match loaded.into_iter().next() {
-                        Some(Row::Region(region)) if region.media_id == media_id => {
-                            rows.insert_loaded(key, Some(Row::Region(region)));
+                    if let Some(region_id) = region_id {
+                        let key = region_key(region_id);
+                        let loaded = tx.load_rows(&REGIONS_TABLE, std::slice::from_ref(&key.key)).await?;
+                        match loaded.into_iter().next() {
+                            Some(Row::Region(region)) if region.media_id == media_id => {
+                                rows.insert_loaded(key, Some(Row::Region(region)));
+                            }
+                            _ => return Err(EngineError::not_found("region", region_id)),
                         }
-                        _ => return Err(EngineError::not_found("region", region_id)),
                     }
-                    let event = Event::RegionRemoved(RegionRemoved {
-                        region_id,
-                        media_id,
-                        reason,
-                    });
                     let appends = vec![StreamAppend {
                         stream_id: StreamId::media(media_id),
                         expected: ExpectedVersion::Exactly(media.version),
