@@ -53,14 +53,23 @@ pub async fn fold_events<T: RowTarget>(
             rows.insert_loaded(row.key(), Some(row));
         }
     }
+    let applied_at = std::time::Instant::now();
     for event in events {
         for projector in projectors {
             projector.apply(event, rows)?;
         }
     }
     let changes = rows.take_dirty();
+    let written_at = std::time::Instant::now();
     if !changes.is_empty() {
         target.write_rows(&changes).await?;
     }
+    tracing::trace!(
+        events = events.len(),
+        changes = changes.len(),
+        apply_us = (written_at - applied_at).as_micros() as u64,
+        write_us = written_at.elapsed().as_micros() as u64,
+        "fold"
+    );
     Ok(())
 }

@@ -98,7 +98,9 @@ async fn fold_into_scratch<T: ScratchTarget>(
 ) -> Result<(i64, u64), EngineError> {
     let mut folded = 0u64;
     loop {
+        let read_started = Instant::now();
         let mut events = scratch.read_events(position, chunk).await?;
+        let read = read_started.elapsed();
         let complete = events.len() < chunk;
         if let Some(until) = until {
             events.retain(|event| event.seq <= until);
@@ -106,12 +108,23 @@ async fn fold_into_scratch<T: ScratchTarget>(
         let Some(last) = events.last().map(|event| event.seq) else {
             return Ok((position, folded));
         };
+        let fold_started = Instant::now();
         fold_events(scratch, rows, all_projectors(), &events).await?;
+        let fold = fold_started.elapsed();
         folded += events.len() as u64;
         position = last;
+        let commit_started = Instant::now();
         if commit_chunks {
             scratch.commit_chunk().await?;
         }
+        tracing::debug!(
+            events = events.len(),
+            read_ms = read.as_millis() as u64,
+            fold_ms = fold.as_millis() as u64,
+            commit_ms = commit_started.elapsed().as_millis() as u64,
+            cached_rows = rows.len(),
+            "replay chunk"
+        );
         if rows.len() > CACHE_ROWS {
             rows.clear();
         }

@@ -299,19 +299,18 @@ pub fn decode_event(row: &SqliteRow) -> Result<EventEnvelope, StoreError> {
 
 /// Reads up to `limit` events after `after` on `conn`.
 ///
-/// The page travels as one JSON array built by SQLite (`json_group_array`)
-/// rather than row by row: sqlx passes every row between SQLite's thread and
-/// ours, and for a replay of a million events that handoff, not SQLite, was
-/// the cost. If anything in the page does not parse (a malformed payload
-/// makes `json()` fail), the page is read again row by row, which names the
-/// corrupt seq.
+/// The page travels as one JSON array built by SQLite (`json_group_array`,
+/// payloads embedded as strings) rather than row by row: sqlx passes every
+/// row between SQLite's thread and ours, and for a replay of a million events
+/// that handoff, not SQLite, was the cost. If anything in the page does not
+/// decode, the page is read again row by row, which names the corrupt seq.
 pub async fn read_events(
     conn: &mut SqliteConnection,
     after: i64,
     limit: usize,
 ) -> Result<Vec<EventEnvelope>, StoreError> {
     let sql = "SELECT json_group_array(json_array(seq, stream_id, stream_version, event_type, schema_version, \
-               json(payload), recorded_at, actor, correlation_id, causation_id)) \
+               payload, recorded_at, actor, correlation_id, causation_id)) \
                FROM (SELECT * FROM main.media_operation_events WHERE seq > ? ORDER BY seq LIMIT ?)";
     let page = sqlx::query_scalar::<_, String>(sql)
         .bind(after)
@@ -332,7 +331,7 @@ type PageRow<'a> = (
     i64,
     &'a str,
     i64,
-    &'a serde_json::value::RawValue,
+    String,
     &'a str,
     String,
     String,
@@ -362,8 +361,7 @@ fn decode_page(text: &str) -> Result<Vec<EventEnvelope>, StoreError> {
         previous = seq;
         let corrupt = |what: String| StoreError::corrupt_at(seq, what);
         let schema_version = u32::try_from(schema_version).map_err(|error| corrupt(error.to_string()))?;
-        let event =
-            Event::decode(event_type, schema_version, payload.get()).map_err(|error| corrupt(error.to_string()))?;
+        let event = Event::decode(event_type, schema_version, &payload).map_err(|error| corrupt(error.to_string()))?;
         events.push(EventEnvelope {
             seq,
             stream_id: StreamId::from_stored(stream_id),
