@@ -16,7 +16,7 @@ use std::fmt::Write;
 use std::time::{Duration, Instant};
 
 /// Rows kept in the replay cache before it is dropped.
-const CACHE_ROWS: usize = 100_000;
+const CACHE_ROWS: usize = 25_000;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReplayStats {

@@ -30,7 +30,7 @@ struct Slot {
 pub struct WorkingSet {
     slots: BTreeMap<RowKey, Slot>,
     /// The keys of dirty slots, so writing back costs the changes, not the
-    /// size of the cache (replay keeps up to 100,000 rows cached).
+    /// size of the cache (replay keeps up to 25,000 rows cached).
     dirty: BTreeSet<RowKey>,
 }
 
