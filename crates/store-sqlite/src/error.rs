@@ -43,7 +43,7 @@ pub fn map(error: sqlx::Error, context: &str) -> StoreError {
     StoreError::new(kind, format!("{context}: {error}"))
 }
 
-fn kind_of(code: i32) -> ErrorKind {
+pub(crate) fn kind_of(code: i32) -> ErrorKind {
     match code {
         SQLITE_CONSTRAINT_UNIQUE | SQLITE_CONSTRAINT_PRIMARYKEY => ErrorKind::Conflict,
         // The log's triggers refuse an insert that is not the next seq or

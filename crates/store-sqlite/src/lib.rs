@@ -18,6 +18,7 @@ mod config;
 mod ddl;
 mod error;
 pub mod floor;
+mod raw;
 mod rows;
 mod scratch;
 mod tx;

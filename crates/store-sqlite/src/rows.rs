@@ -179,18 +179,6 @@ pub fn add_cell(args: &mut SqliteArguments<'static>, cell: &Cell) {
     added.expect("binding a plain value to SQLite arguments");
 }
 
-/// Writes changed rows to one copy right away (see [`gather_writes`]).
-pub async fn write(
-    conn: &mut SqliteConnection,
-    table_order: &[&'static TableSpec],
-    copy: Copy<'_>,
-    changes: &[(RowKey, Option<Row>)],
-) -> Result<(), StoreError> {
-    let mut batch = Batch::default();
-    gather_writes(&mut batch, table_order, copy, changes);
-    batch.run(conn, "writing projection rows").await
-}
-
 /// Gathers the statements that write changed rows to one copy: upserts in
 /// `table_order` (parents first), then deletes in reverse order (children
 /// first).
@@ -297,99 +285,14 @@ pub fn decode_event(row: &SqliteRow) -> Result<EventEnvelope, StoreError> {
     })
 }
 
-/// Reads up to `limit` events after `after` on `conn`.
-///
-/// The page travels as one JSON array built by SQLite (`json_group_array`,
-/// payloads embedded as strings) rather than row by row: sqlx passes every
-/// row between SQLite's thread and ours, and for a replay of a million events
-/// that handoff, not SQLite, was the cost. If anything in the page does not
-/// decode, the page is read again row by row, which names the corrupt seq.
+/// Reads up to `limit` events after `after` on `conn`, stepping SQLite
+/// directly (see `raw.rs`).
 pub async fn read_events(
     conn: &mut SqliteConnection,
     after: i64,
     limit: usize,
 ) -> Result<Vec<EventEnvelope>, StoreError> {
-    let sql = "SELECT json_group_array(json_array(seq, stream_id, stream_version, event_type, schema_version, \
-               payload, recorded_at, actor, correlation_id, causation_id)) \
-               FROM (SELECT * FROM main.media_operation_events WHERE seq > ? ORDER BY seq LIMIT ?)";
-    let page = sqlx::query_scalar::<_, String>(sql)
-        .bind(after)
-        .bind(limit as i64)
-        .fetch_one(&mut *conn)
-        .await;
-    if let Ok(text) = page {
-        if let Ok(events) = decode_page(&text) {
-            return Ok(events);
-        }
-    }
-    read_events_row_by_row(conn, after, limit).await
-}
-
-type PageRow<'a> = (
-    i64,
-    String,
-    i64,
-    &'a str,
-    i64,
-    String,
-    &'a str,
-    String,
-    String,
-    Option<String>,
-);
-
-fn decode_page(text: &str) -> Result<Vec<EventEnvelope>, StoreError> {
-    let rows: Vec<PageRow<'_>> = serde_json::from_str(text).map_err(|error| StoreError::corrupt(error.to_string()))?;
-    let mut events = Vec::with_capacity(rows.len());
-    let mut previous = i64::MIN;
-    for (
-        seq,
-        stream_id,
-        stream_version,
-        event_type,
-        schema_version,
-        payload,
-        recorded_at,
-        actor,
-        correlation_id,
-        causation_id,
-    ) in rows
-    {
-        if seq <= previous {
-            return Err(StoreError::corrupt("page out of order"));
-        }
-        previous = seq;
-        let corrupt = |what: String| StoreError::corrupt_at(seq, what);
-        let schema_version = u32::try_from(schema_version).map_err(|error| corrupt(error.to_string()))?;
-        let event = Event::decode(event_type, schema_version, &payload).map_err(|error| corrupt(error.to_string()))?;
-        events.push(EventEnvelope {
-            seq,
-            stream_id: StreamId::from_stored(stream_id),
-            stream_version,
-            schema_version,
-            recorded_at: Timestamp::parse(recorded_at).map_err(corrupt)?,
-            actor,
-            correlation_id,
-            causation_id,
-            event,
-        });
-    }
-    Ok(events)
-}
-
-async fn read_events_row_by_row(
-    conn: &mut SqliteConnection,
-    after: i64,
-    limit: usize,
-) -> Result<Vec<EventEnvelope>, StoreError> {
-    let sql = format!("SELECT {EVENT_COLUMNS} FROM main.media_operation_events WHERE seq > ? ORDER BY seq LIMIT ?");
-    let rows = sqlx::query(&sql)
-        .bind(after)
-        .bind(limit as i64)
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(|error| map(error, "reading the event log"))?;
-    rows.iter().map(decode_event).collect()
+    crate::raw::read_events(conn, after, limit).await
 }
 
 /// Runs one or more SQL statements without binding anything. (sqlx's
