@@ -38,7 +38,8 @@ macro_rules! conformance_tests {
             update_and_delete_on_the_log_are_refused_by_the_database,
             corrupt_row_is_a_corrupt_error_naming_its_seq,
             read_all_pages_through_the_whole_log,
-            expected_version_is_checked_per_stream
+            expected_version_is_checked_per_stream,
+            concurrent_writes_on_one_store_succeed_or_fail_on_their_own
         );
     };
     (@each $make:expr; $($name:ident),+) => {
@@ -402,4 +403,55 @@ pub async fn expected_version_is_checked_per_stream<H: Harness>(harness: &H) {
         .map(|envelope| envelope.stream_version)
         .collect();
     assert_eq!(versions, vec![1, 2, 3]);
+}
+
+pub async fn concurrent_writes_on_one_store_succeed_or_fail_on_their_own<H: Harness>(harness: &H) {
+    // Many pieces of work at once on one store: a backend may group them into
+    // one transaction, but a piece that fails (after appending) or panics
+    // must leave nothing behind and must not take the others with it.
+    let store = harness.open().await;
+    let mut tasks = Vec::new();
+    for n in 0..60u128 {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            let append = one(
+                &StreamId::media(media(9000 + n)),
+                ExpectedVersion::NoStream,
+                vec![registered(media(9000 + n), n as i64)],
+            );
+            let result = store
+                .write(move |tx: &mut <H::Store as Store>::Tx| {
+                    Box::pin(async move {
+                        let envelopes = tx.append(append).await?;
+                        match n % 5 {
+                            1 => Err(StoreError::conflict("refused after appending")),
+                            3 if n % 15 == 3 => panic!("work {n} panics after appending"),
+                            _ => Ok(envelopes[0].stream_id.clone()),
+                        }
+                    })
+                })
+                .await;
+            (n, result)
+        }));
+    }
+    let mut kept = Vec::new();
+    for task in tasks {
+        let (n, result) = task.await.unwrap();
+        match (n % 5, n % 15, result) {
+            (1, _, Err(error)) => assert_eq!(error.kind, ErrorKind::Conflict, "{error}"),
+            (3, 3, Err(error)) => assert_eq!(error.kind, ErrorKind::Unavailable, "{error}"),
+            (_, _, Ok(stream)) => kept.push(stream),
+            (_, _, other) => panic!("work {n}: unexpected {other:?}"),
+        }
+    }
+    let all: Vec<_> = store.read_all(0, 100).try_collect().await.unwrap();
+    assert_eq!(all.len(), kept.len(), "exactly the successful pieces are in the log");
+    assert_eq!(
+        all.iter().map(|envelope| envelope.seq).collect::<Vec<_>>(),
+        (1..=kept.len() as i64).collect::<Vec<_>>(),
+        "gap-free despite the rolled-back pieces"
+    );
+    for stream in kept {
+        assert!(all.iter().any(|envelope| envelope.stream_id == stream), "{stream} lost");
+    }
 }
