@@ -11,7 +11,17 @@ use std::path::{Path, PathBuf};
 use toml_edit::{DocumentMut, Item, TableLike};
 
 /// The only crates the domain may depend on.
-const DOMAIN_ALLOWED: &[&str] = &["serde", "serde_json", "sha2", "chrono", "uuid", "thiserror"];
+const DOMAIN_ALLOWED: &[&str] = &[
+    "serde",
+    "serde_json",
+    "sha2",
+    "chrono",
+    "uuid",
+    "thiserror",
+    // ECMAScript number-to-string for RFC 8785 canonical JSON (revisions):
+    // pure arithmetic on an f64 into a stack buffer, no dependencies, no I/O.
+    "ryu-js",
+];
 
 /// Text that must not appear anywhere under `crates/domain/src`: async
 /// runtimes, databases, files, sockets, the clock, and id generators (which

@@ -175,6 +175,38 @@ pub struct OperationInterrupted {
     pub reason: String,
 }
 
+/// A task operation was asked for a different revision (new inputs, a new
+/// task version). `requeue` is decided by the command from the status it
+/// saw: a settled or waiting task goes back to the queue at once; one that
+/// is queued keeps its place; one a worker holds keeps running, and its
+/// result is then recorded against the revision it claimed
+/// ([`OperationSuperseded`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OperationRevisionRequested {
+    pub operation_id: OperationId,
+    pub revision: String,
+    /// The complete inputs of the new revision (what the claim hands out).
+    pub inputs: Value,
+    pub requeue: bool,
+}
+
+/// A worker finished a claim whose revision is no longer the requested one:
+/// its outcome is recorded against the revision it claimed, and the task
+/// goes back to the queue for the requested revision instead of to done.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OperationSuperseded {
+    pub operation_id: OperationId,
+    pub claim_token: String,
+    pub claimed_revision: String,
+    pub requested_revision: String,
+    /// What the worker reported: `succeeded`, `no_result` or `failed`.
+    pub outcome: String,
+    #[serde(default)]
+    pub output: Value,
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
 macro_rules! event_catalogue {
     ($( $variant:ident ( $payload:ty ) = $tag:literal, v $version:literal ; )+) => {
         /// Every event the log can hold. The tag is the `event_type` column.
@@ -252,6 +284,8 @@ event_catalogue! {
     OperationCancelRequested(OperationReason) = "operation_cancel_requested", v 1;
     OperationCancelled(OperationReason) = "operation_cancelled", v 1;
     OperationReopened(OperationReason) = "operation_reopened", v 1;
+    OperationRevisionRequested(OperationRevisionRequested) = "operation_revision_requested", v 1;
+    OperationSuperseded(OperationSuperseded) = "operation_superseded", v 1;
 }
 
 impl Event {
@@ -299,6 +333,8 @@ impl Event {
             Event::OperationRequeued(_) => Cause::Requeue,
             Event::OperationCancelled(_) => Cause::Cancel,
             Event::OperationReopened(_) => Cause::Reopen,
+            Event::OperationRevisionRequested(requested) if requested.requeue => Cause::Request,
+            Event::OperationSuperseded(_) => Cause::Supersede,
             _ => return None,
         })
     }
@@ -327,6 +363,8 @@ impl Event {
             Event::OperationFailed(event) => event.operation_id,
             Event::OperationRetryScheduled(event) => event.operation_id,
             Event::OperationInterrupted(event) => event.operation_id,
+            Event::OperationRevisionRequested(event) => event.operation_id,
+            Event::OperationSuperseded(event) => event.operation_id,
             Event::MediaRegistered(_)
             | Event::MediaUpdated(_)
             | Event::MediaRemoved(_)
@@ -359,7 +397,9 @@ impl Event {
             | Cause::FailRetryable
             | Cause::FailTerminal
             | Cause::ScheduleRetry
-            | Cause::Interrupt => return None,
+            | Cause::Interrupt
+            | Cause::Request
+            | Cause::Supersede => return None,
         })
     }
 }

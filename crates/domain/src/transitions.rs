@@ -53,6 +53,12 @@ pub enum Cause {
     Cancel,
     /// Reopened by a recorded action (a retry from the review queue).
     Reopen,
+    /// A new revision was requested for a task that had settled or was
+    /// waiting to retry: it runs again, now.
+    Request,
+    /// A worker finished a revision that is no longer the requested one:
+    /// back to the queue for the requested revision, never to done.
+    Supersede,
 }
 
 impl Cause {
@@ -75,6 +81,8 @@ impl Cause {
         Cause::Requeue,
         Cause::Cancel,
         Cause::Reopen,
+        Cause::Request,
+        Cause::Supersede,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -97,6 +105,8 @@ impl Cause {
             Cause::Requeue => "requeue",
             Cause::Cancel => "cancel",
             Cause::Reopen => "reopen",
+            Cause::Request => "request",
+            Cause::Supersede => "supersede",
         }
     }
 
@@ -250,6 +260,26 @@ pub const TABLE: &[Rule] = &[
         ],
         destination: Queued,
     },
+    Rule {
+        cause: Cause::Request,
+        from: &[
+            RetryWaiting,
+            Succeeded,
+            NoResult,
+            MissingConfirmed,
+            NotApplicable,
+            FailedTerminal,
+            DeadLettered,
+            Cancelled,
+            Skipped,
+        ],
+        destination: Queued,
+    },
+    Rule {
+        cause: Cause::Supersede,
+        from: &[Leased, Running],
+        destination: Queued,
+    },
 ];
 
 fn rule(cause: Cause) -> &'static Rule {
@@ -287,7 +317,7 @@ mod tests {
 
     #[test]
     fn every_from_cause_pair_is_decided_by_the_table() {
-        // Every (from, cause) pair of the vocabulary, all 16 × 18 of them:
+        // Every (from, cause) pair of the vocabulary, all 16 × 20 of them:
         // allowed pairs lead to the rule's destination, the rest are refused
         // with an error that names from, to and cause.
         let mut allowed = 0;
@@ -317,11 +347,16 @@ mod tests {
     }
 
     #[test]
-    fn terminal_statuses_are_left_only_by_reopen() {
+    fn terminal_statuses_are_left_only_by_a_recorded_reopen_or_request() {
+        // A settled operation runs again only when someone asks: a retry from
+        // the review queue (reopen) or a new revision (request).
         for from in OperationStatus::ALL.iter().filter(|status| status.is_terminal()) {
             for cause in Cause::ALL {
                 if transition(*from, *cause).is_ok() {
-                    assert_eq!(*cause, Cause::Reopen, "{from} left by {cause}");
+                    assert!(
+                        matches!(cause, Cause::Reopen | Cause::Request),
+                        "{from} left by {cause}"
+                    );
                 }
             }
         }
@@ -341,6 +376,7 @@ mod tests {
             Cause::FailTerminal,
             Cause::Interrupt,
             Cause::Cancel,
+            Cause::Supersede,
         ];
         for from in [Leased, Running] {
             for cause in Cause::ALL {

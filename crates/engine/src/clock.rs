@@ -70,3 +70,30 @@ impl Ids for SequentialIds {
         Uuid::from_u128(u128::from(self.next.fetch_add(1, Ordering::SeqCst) + 1))
     }
 }
+
+/// Where retry jitter comes from: a uniform draw in `0..=1000` (per mille of
+/// the largest jitter the policy allows). The fail command draws once and
+/// records the resulting time, so replay never draws.
+pub trait Jitter: Send + Sync {
+    fn draw(&self) -> u32;
+}
+
+/// Operating-system randomness.
+pub struct RandomJitter;
+
+impl Jitter for RandomJitter {
+    fn draw(&self) -> u32 {
+        // A v4 UUID is 122 random bits from the OS; 32 of them suffice.
+        let bits = Uuid::new_v4().as_u128() as u32;
+        bits % 1_001
+    }
+}
+
+/// The same draw every time, for tests.
+pub struct FixedJitter(pub u32);
+
+impl Jitter for FixedJitter {
+    fn draw(&self) -> u32 {
+        self.0.min(1_000)
+    }
+}

@@ -66,15 +66,15 @@ pub struct NewOperation {
 
 /// The metadata a command stamps on each event it appends.
 #[derive(Debug, Clone)]
-struct Stamp {
-    recorded_at: Timestamp,
+pub(crate) struct Stamp {
+    pub(crate) recorded_at: Timestamp,
     actor: String,
     correlation_id: String,
     causation_id: String,
 }
 
 impl Stamp {
-    fn event(&self, event: Event) -> NewEvent {
+    pub(crate) fn event(&self, event: Event) -> NewEvent {
         NewEvent {
             event,
             recorded_at: self.recorded_at,
@@ -138,7 +138,7 @@ fn single(mut envelopes: Vec<EventEnvelope>) -> EventEnvelope {
 }
 
 impl<S: Store> Engine<S> {
-    fn stamp(&self, context: &CommandContext) -> Stamp {
+    pub(crate) fn stamp(&self, context: &CommandContext) -> Stamp {
         let command_id = self.ids.next().to_string();
         Stamp {
             recorded_at: self.clock.now(),
@@ -318,6 +318,12 @@ impl<S: Store> Engine<S> {
     ) -> Result<OperationId, EngineError> {
         if operation.kind.trim().is_empty() {
             return Err(EngineError::invalid("an operation needs a kind"));
+        }
+        if opledger_domain::tasks::task_kind(&operation.kind).is_ok() {
+            return Err(EngineError::invalid(format!(
+                "{} is a task kind: request it with request_task (`opledger task request`), which computes its revision",
+                operation.kind
+            )));
         }
         if !INITIAL_STATUSES.contains(&operation.status) {
             return Err(EngineError::invalid(format!(

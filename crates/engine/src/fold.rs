@@ -4,7 +4,7 @@
 //! disagree about what an event does.
 
 use crate::error::EngineError;
-use opledger_domain::projections::{row_owned_by, table_by_name, Projector, RowKey, WorkingSet};
+use opledger_domain::projections::{rows_owned_by, table_by_name, Projector, RowKey, WorkingSet};
 use opledger_domain::EventEnvelope;
 use opledger_store::{RowTarget, StoreError};
 use std::collections::{BTreeMap, BTreeSet};
@@ -22,12 +22,15 @@ pub async fn fold_events<T: RowTarget>(
     events: &[EventEnvelope],
 ) -> Result<(), EngineError> {
     let mut keys: Vec<RowKey> = Vec::new();
+    let mut owned: Vec<RowKey> = Vec::new();
     for event in events {
         // A stream's first event: the row it owns does not exist yet.
         if event.stream_version == 1 {
-            if let Some(owned) = row_owned_by(&event.stream_id) {
-                if !rows.is_known(&owned) {
-                    rows.insert_loaded(owned, None);
+            owned.clear();
+            rows_owned_by(&event.stream_id, &mut owned);
+            for key in owned.drain(..) {
+                if !rows.is_known(&key) {
+                    rows.insert_loaded(key, None);
                 }
             }
         }

@@ -18,14 +18,20 @@ mod fold;
 mod queries;
 mod replay;
 mod startup;
+mod work;
 
-pub use clock::{Clock, FixedClock, Ids, SequentialIds, SystemClock, UuidV7Ids};
+pub use clock::{Clock, FixedClock, FixedJitter, Ids, Jitter, RandomJitter, SequentialIds, SystemClock, UuidV7Ids};
 pub use commands::{CommandContext, NewOperation, MAX_LEASE_MS};
 pub use error::EngineError;
 pub use fold::{fold_events, FOLD_CHUNK};
+pub use opledger_domain::work::{Completion, Fence};
 pub use queries::{ProjectionLag, StatusReport};
 pub use replay::{ReplayStats, VerifyReport};
 pub use startup::StartupReport;
+pub use work::{
+    ClaimRequest, HeartbeatOutcome, Progress, RecoveryHook, RecoveryReport, RequestOutcome, TaskClaim, TaskOutcome,
+    TaskRequest, TaskTarget, TaskView, MAX_CLAIM_BATCH,
+};
 
 use opledger_store::Store;
 use std::sync::Arc;
@@ -36,6 +42,8 @@ pub struct Engine<S: Store> {
     store: S,
     clock: Arc<dyn Clock>,
     ids: Arc<dyn Ids>,
+    /// Where retry jitter is drawn (recorded in the event, never redrawn).
+    jitter: Arc<dyn Jitter>,
     /// Events per transaction in catch-up, shadow rebuilds and replay.
     fold_chunk: usize,
 }
@@ -52,6 +60,7 @@ impl<S: Store> Engine<S> {
             store,
             clock,
             ids,
+            jitter: Arc::new(RandomJitter),
             fold_chunk: FOLD_CHUNK,
         }
     }
@@ -67,6 +76,12 @@ impl<S: Store> Engine<S> {
     /// transaction (tests use small chunks to interleave writers).
     pub fn with_fold_chunk(mut self, fold_chunk: usize) -> Self {
         self.fold_chunk = fold_chunk.max(1);
+        self
+    }
+
+    /// Replaces the jitter source (tests pin it).
+    pub fn with_jitter(mut self, jitter: Arc<dyn Jitter>) -> Self {
+        self.jitter = jitter;
         self
     }
 

@@ -7,7 +7,7 @@
 use crate::error::EngineError;
 use crate::fold::fold_events;
 use crate::Engine;
-use opledger_domain::projections::{all_projectors, Projector, WorkingSet};
+use opledger_domain::projections::{all_projectors, family_of, ProjectionSpec, Projector, WorkingSet};
 use opledger_store::{Store, StoreError, TableSet, WriteTx};
 
 /// What startup did.
@@ -25,22 +25,54 @@ impl<S: Store> Engine<S> {
     /// at the head.
     pub async fn startup(&self) -> Result<StartupReport, EngineError> {
         let mut report = StartupReport::default();
+        // The head first: positions only grow, and a writer appending in
+        // between moves every live projection past it, not behind it.
+        let head = self.store.head().await?;
         let states = self.store.projection_states().await?;
-        for projector in all_projectors() {
-            let spec = projector.spec();
-            let state = states
+        let stored = |spec: &ProjectionSpec| {
+            states
                 .iter()
                 .find(|state| state.name == spec.name)
-                .ok_or_else(|| StoreError::corrupt(format!("projection {} has no stored position", spec.name)))?;
-            if state.version != spec.version {
-                let folded = self.rebuild_through_shadow(*projector).await?;
-                report
-                    .rebuilt
-                    .push((spec.name.to_string(), state.version, spec.version, folded));
+                .cloned()
+                .ok_or_else(|| StoreError::corrupt(format!("projection {} has no stored position", spec.name)))
+        };
+        let mut done: Vec<&'static str> = Vec::new();
+        for projector in all_projectors() {
+            let spec = projector.spec();
+            if done.contains(&spec.name) {
+                continue;
+            }
+            let family = family_of(spec);
+            done.extend(family.iter().map(|member| member.name));
+            let mut stale = false;
+            let mut behind = false;
+            for member in &family {
+                let state = stored(member)?;
+                stale |= state.version != member.version;
+                behind |= state.position < head;
+            }
+            // A family whose tables reference each other is rebuilt as a
+            // whole when any member changed, and also when one is merely
+            // behind: catching up one member alone could insert rows that
+            // reference parents its family has already deleted.
+            if stale || (behind && family.len() > 1) {
+                let folded = self.rebuild_through_shadow(&family).await?;
+                for member in &family {
+                    report
+                        .rebuilt
+                        .push((member.name.to_string(), stored(member)?.version, member.version, folded));
+                }
             } else {
-                let folded = self.catch_up(*projector).await?;
-                if folded > 0 {
-                    report.caught_up.push((spec.name.to_string(), folded));
+                for member in &family {
+                    let projector = all_projectors()
+                        .iter()
+                        .copied()
+                        .find(|projector| projector.spec().name == member.name)
+                        .expect("a family is made of known projections");
+                    let folded = self.catch_up(projector).await?;
+                    if folded > 0 {
+                        report.caught_up.push((member.name.to_string(), folded));
+                    }
                 }
             }
         }
@@ -79,21 +111,32 @@ impl<S: Store> Engine<S> {
         }
     }
 
-    /// Rebuilds one projection from the log into a shadow copy and swaps it
-    /// in. Each chunk is its own transaction, so writers keep going between
-    /// chunks; the last chunk reads to the head and swaps inside the same
-    /// transaction, so no event appended meanwhile can be missed.
-    async fn rebuild_through_shadow(&self, projector: &'static dyn Projector) -> Result<u64, EngineError> {
-        let spec = projector.spec();
-        tracing::info!(
-            projection = spec.name,
-            version = spec.version,
-            "rebuilding projection through a shadow"
-        );
+    /// Rebuilds a family of projections from the log into shadow copies and
+    /// swaps them in together. Each chunk is its own transaction, so writers
+    /// keep going between chunks; the last chunk reads to the head and swaps
+    /// inside the same transaction, so no event appended meanwhile can be
+    /// missed.
+    async fn rebuild_through_shadow(&self, family: &[&'static ProjectionSpec]) -> Result<u64, EngineError> {
+        let family: Vec<&'static ProjectionSpec> = family.to_vec();
+        let projectors: Vec<&'static dyn Projector> = all_projectors()
+            .iter()
+            .copied()
+            .filter(|projector| family.iter().any(|spec| spec.name == projector.spec().name))
+            .collect();
+        for spec in &family {
+            tracing::info!(
+                projection = spec.name,
+                version = spec.version,
+                "rebuilding projection through a shadow"
+            );
+        }
+        let specs = family.clone();
         self.store
             .write(move |tx: &mut S::Tx| {
                 Box::pin(async move {
-                    tx.create_shadow(spec).await?;
+                    for spec in specs {
+                        tx.create_shadow(spec).await?;
+                    }
                     Ok::<_, EngineError>(())
                 })
             })
@@ -101,29 +144,34 @@ impl<S: Store> Engine<S> {
         let chunk = self.fold_chunk;
         let mut folded = 0u64;
         loop {
-            let (count, swapped) =
-                self.store
-                    .write(move |tx: &mut S::Tx| {
-                        Box::pin(async move {
-                            let position = tx.shadow_position(spec).await?.ok_or_else(|| {
-                                StoreError::conflict(format!("the shadow of {} disappeared", spec.name))
-                            })?;
-                            let events = tx.read_events(position, chunk).await?;
-                            tx.use_tables(TableSet::Shadow);
-                            let mut rows = WorkingSet::default();
-                            fold_events(tx, &mut rows, &[projector], &events).await?;
-                            tx.use_tables(TableSet::Live);
-                            if let Some(last) = events.last() {
+            let (family, projectors) = (family.clone(), projectors.clone());
+            let (count, swapped) = self
+                .store
+                .write(move |tx: &mut S::Tx| {
+                    Box::pin(async move {
+                        // The members' shadows move together, so any one's
+                        // position is the family's.
+                        let position = tx.shadow_position(family[0]).await?.ok_or_else(|| {
+                            StoreError::conflict(format!("the shadow of {} disappeared", family[0].name))
+                        })?;
+                        let events = tx.read_events(position, chunk).await?;
+                        tx.use_tables(TableSet::Shadow);
+                        let mut rows = WorkingSet::default();
+                        fold_events(tx, &mut rows, &projectors, &events).await?;
+                        tx.use_tables(TableSet::Live);
+                        if let Some(last) = events.last() {
+                            for spec in &family {
                                 tx.set_shadow_position(spec, last.seq).await?;
                             }
-                            let at_head = events.len() < chunk;
-                            if at_head {
-                                tx.swap_shadow(spec).await?;
-                            }
-                            Ok::<_, EngineError>((events.len() as u64, at_head))
-                        })
+                        }
+                        let at_head = events.len() < chunk;
+                        if at_head {
+                            tx.swap_shadows(&family).await?;
+                        }
+                        Ok::<_, EngineError>((events.len() as u64, at_head))
                     })
-                    .await?;
+                })
+                .await?;
             folded += count;
             if swapped {
                 return Ok(folded);

@@ -18,7 +18,7 @@ async fn claim_with_a_lease_out_of_range_is_invalid_input_and_appends_nothing() 
         .create_operation(
             &context,
             NewOperation {
-                kind: "thumbnail".into(),
+                kind: "export".into(),
                 target: OperationTarget::default(),
                 revision: None,
                 inputs: serde_json::json!({}),

@@ -1,13 +1,14 @@
 //! Projection DDL, rendered for the live tables, a shadow copy, or a
 //! scratch copy in an attached schema.
 
-use opledger_domain::projections::ProjectionSpec;
+use opledger_domain::projections::{all_specs, ProjectionSpec};
 
 /// The SQLite DDL of a projection, from `projections/<name>/sqlite.sql`.
 pub fn template(spec: &ProjectionSpec) -> &'static str {
     match spec.name {
         "media_registry" => include_str!("../../../projections/media_registry/sqlite.sql"),
         "media_operations" => include_str!("../../../projections/media_operations/sqlite.sql"),
+        "processing_states" => include_str!("../../../projections/processing_states/sqlite.sql"),
         other => panic!("projection {other} has no SQLite DDL; add projections/{other}/sqlite.sql"),
     }
 }
@@ -51,6 +52,18 @@ pub fn render(spec: &ProjectionSpec, copy: Copy<'_>) -> String {
         sql = sql
             .replace(&format!("{{{{t:{}}}}}", table.name), &defined)
             .replace(&format!("{{{{r:{}}}}}", table.name), &referenced);
+    }
+    // References to another projection's tables (foreign keys into the
+    // family's parents) point at the same copy: a family is always built,
+    // swapped and replayed together.
+    for other in all_specs() {
+        for table in other.tables {
+            let referenced = match copy {
+                Copy::Live | Copy::Scratch(_) => table.name.to_string(),
+                Copy::Shadow => format!("{}{SHADOW_SUFFIX}", table.name),
+            };
+            sql = sql.replace(&format!("{{{{r:{}}}}}", table.name), &referenced);
+        }
     }
     assert!(
         !sql.contains("{{"),

@@ -22,6 +22,7 @@ mod raw;
 mod rows;
 mod scratch;
 mod tx;
+mod work;
 mod writer;
 
 pub use config::{SqliteConfig, Synchronous};
@@ -29,9 +30,9 @@ pub use scratch::SqliteScratch;
 pub use tx::SqliteTx;
 
 use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
-use opledger_domain::projections::{all_specs, Row, TableSpec};
-use opledger_domain::{EventEnvelope, StreamId};
-use opledger_store::{BoxFuture, ProjectionState, Store, StoreError};
+use opledger_domain::projections::{all_specs, Cell, Row, TableSpec};
+use opledger_domain::{EventEnvelope, StreamId, Timestamp};
+use opledger_store::{BoxFuture, ExpiredClaim, Lease, ProjectionState, Store, StoreError};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
 use sqlx::{ConnectOptions, Connection, Row as _, SqliteConnection};
 use std::sync::Arc;
@@ -313,6 +314,29 @@ impl Store for SqliteStore {
             .fetch_one(&self.inner.readers)
             .await
             .map_err(|error| error::map(error, &format!("counting {}", table.name)))
+    }
+
+    async fn find_rows(
+        &self,
+        table: &'static TableSpec,
+        filters: &[(&'static str, Cell)],
+        limit: usize,
+    ) -> Result<Vec<Row>, StoreError> {
+        let mut connection = self
+            .inner
+            .readers
+            .acquire()
+            .await
+            .map_err(|error| error::map(error, "opening a read connection"))?;
+        rows::find(&mut connection, table, ddl::Copy::Live, filters, limit).await
+    }
+
+    async fn lease(&self, claim_token: &str) -> Result<Option<Lease>, StoreError> {
+        work::lease(&self.inner.readers, claim_token).await
+    }
+
+    async fn expired_claims(&self, now: Timestamp, limit: usize) -> Result<Vec<ExpiredClaim>, StoreError> {
+        work::expired_claims(&self.inner.readers, now, limit).await
     }
 
     async fn open_scratch(&self) -> Result<SqliteScratch, StoreError> {

@@ -67,7 +67,7 @@ pub fn decode_cells(row: &SqliteRow, table: &TableSpec) -> Result<Vec<Cell>, Sto
         .collect()
 }
 
-fn column_list(table: &TableSpec) -> String {
+pub(crate) fn column_list(table: &TableSpec) -> String {
     table.column_names().collect::<Vec<_>>().join(", ")
 }
 
@@ -119,6 +119,46 @@ pub async fn load(
         }
     }
     Ok(rows)
+}
+
+/// Rows of one copy of a table whose columns equal the given cells.
+pub async fn find(
+    conn: &mut SqliteConnection,
+    table: &'static TableSpec,
+    copy: Copy<'_>,
+    filters: &[(&'static str, Cell)],
+    limit: usize,
+) -> Result<Vec<Row>, StoreError> {
+    let name = ddl::table_name(table.name, copy);
+    for (column, _) in filters {
+        if !table.column_names().any(|known| known == *column) {
+            return Err(StoreError::constraint(format!("{} has no column {column}", table.name)));
+        }
+    }
+    let conditions: Vec<String> = filters.iter().map(|(column, _)| format!("{column} = ?")).collect();
+    let sql = format!(
+        "SELECT {} FROM {name}{}{} ORDER BY {} LIMIT ?",
+        column_list(table),
+        if conditions.is_empty() { "" } else { " WHERE " },
+        conditions.join(" AND "),
+        key_column(table)
+    );
+    let mut query = sqlx::query(&sql);
+    for (_, cell) in filters {
+        query = bind_cell(query, cell);
+    }
+    query = query.bind(i64::try_from(limit).unwrap_or(i64::MAX));
+    let fetched = query
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(|error| map(error, &format!("searching {name}")))?;
+    fetched
+        .iter()
+        .map(|row| {
+            let cells = decode_cells(row, table)?;
+            Row::from_cells(table, cells).map_err(|error| StoreError::corrupt(error.to_string()))
+        })
+        .collect()
 }
 
 /// Statements gathered to run in one round trip to the driver. sqlx hands

@@ -5,7 +5,7 @@ use crate::error::map;
 use crate::rows;
 use opledger_domain::projections::{all_specs, Cell, ProjectionSpec, Row, RowKey, TableSpec};
 use opledger_domain::EventEnvelope;
-use opledger_store::{ExpectedVersion, RowTarget, StoreError, StreamAppend, TableSet, WriteTx};
+use opledger_store::{ClaimQuery, ExpectedVersion, Lease, RowTarget, StoreError, StreamAppend, TableSet, WriteTx};
 use sqlx::{Row as _, SqliteConnection};
 use std::collections::BTreeMap;
 
@@ -396,20 +396,27 @@ impl WriteTx for SqliteTx {
         Ok(())
     }
 
-    async fn swap_shadow(&mut self, spec: &'static ProjectionSpec) -> Result<(), StoreError> {
+    async fn swap_shadows(&mut self, specs: &[&'static ProjectionSpec]) -> Result<(), StoreError> {
         // Positions change below; forget the cached copy.
         self.positions = None;
-        let position = self
-            .shadow_position(spec)
-            .await?
-            .ok_or_else(|| StoreError::not_found(format!("no shadow of {} to swap in", spec.name)))?;
+        self.flush().await?;
+        let mut shadow_positions = Vec::new();
+        for spec in specs {
+            let position = self
+                .shadow_position(spec)
+                .await?
+                .ok_or_else(|| StoreError::not_found(format!("no shadow of {} to swap in", spec.name)))?;
+            shadow_positions.push((*spec, position));
+        }
+        let tables: Vec<&'static TableSpec> = specs.iter().flat_map(|spec| spec.tables.iter().copied()).collect();
         let mut script = vec!["PRAGMA defer_foreign_keys = ON".to_string()];
-        // Children first, so dropping a parent cascades into nothing.
-        for table in spec.tables.iter().rev() {
+        // Children first (the family's dependents, then each projection's
+        // child tables), so dropping a parent cascades into nothing.
+        for table in tables.iter().rev() {
             script.push(format!("DROP TABLE IF EXISTS {}", table.name));
         }
         // Parents first: renaming a parent rewrites its children's references.
-        for table in spec.tables {
+        for table in &tables {
             script.push(format!(
                 "ALTER TABLE {} RENAME TO {}",
                 ddl::table_name(table.name, Copy::Shadow),
@@ -419,11 +426,11 @@ impl WriteTx for SqliteTx {
         for sql in script {
             crate::rows::script(&mut self.connection, &sql)
                 .await
-                .map_err(|error| map(error, &format!("swapping in {}: {sql}", spec.name)))?;
+                .map_err(|error| map(error, &format!("swapping in shadows: {sql}")))?;
         }
         // Indexes keep their shadow names through a rename; recreate them
         // under their live names so the next shadow can use the old ones.
-        for table in spec.tables {
+        for table in &tables {
             let indexes: Vec<(String, String)> = sqlx::query_as(
                 "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = ? AND sql IS NOT NULL",
             )
@@ -441,21 +448,55 @@ impl WriteTx for SqliteTx {
                 }
             }
         }
-        sqlx::query("DELETE FROM projection_positions WHERE name = ?")
-            .bind(format!("{}{SHADOW_SUFFIX}", spec.name))
+        for (spec, position) in shadow_positions {
+            sqlx::query("DELETE FROM projection_positions WHERE name = ?")
+                .bind(format!("{}{SHADOW_SUFFIX}", spec.name))
+                .execute(&mut self.connection)
+                .await
+                .map_err(|error| map(error, "dropping the shadow position"))?;
+            sqlx::query(
+                "INSERT INTO projection_positions (name, version, position) VALUES (?, ?, ?) \
+                 ON CONFLICT (name) DO UPDATE SET version = excluded.version, position = excluded.position",
+            )
+            .bind(spec.name)
+            .bind(i64::from(spec.version))
+            .bind(position)
             .execute(&mut self.connection)
             .await
-            .map_err(|error| map(error, "dropping the shadow position"))?;
-        sqlx::query(
-            "INSERT INTO projection_positions (name, version, position) VALUES (?, ?, ?) \
-             ON CONFLICT (name) DO UPDATE SET version = excluded.version, position = excluded.position",
-        )
-        .bind(spec.name)
-        .bind(i64::from(spec.version))
-        .bind(position)
-        .execute(&mut self.connection)
-        .await
-        .map_err(|error| map(error, "recording the swapped projection"))?;
+            .map_err(|error| map(error, "recording the swapped projection"))?;
+        }
+        Ok(())
+    }
+
+    async fn find_rows(
+        &mut self,
+        table: &'static TableSpec,
+        filters: &[(&'static str, Cell)],
+        limit: usize,
+    ) -> Result<Vec<Row>, StoreError> {
+        self.flush().await?;
+        let copy = self.copy();
+        rows::find(&mut self.connection, table, copy, filters, limit).await
+    }
+
+    async fn claimable(&mut self, query: &ClaimQuery) -> Result<Vec<Row>, StoreError> {
+        self.flush().await?;
+        let copy = self.copy();
+        crate::work::claimable(&mut self.connection, copy, query).await
+    }
+
+    async fn lease(&mut self, claim_token: &str) -> Result<Option<Lease>, StoreError> {
+        self.flush().await?;
+        crate::work::lease(&mut self.connection, claim_token).await
+    }
+
+    async fn put_lease(&mut self, lease: &Lease) -> Result<(), StoreError> {
+        crate::work::gather_put_lease(&mut self.pending, lease);
+        Ok(())
+    }
+
+    async fn delete_lease(&mut self, claim_token: &str) -> Result<(), StoreError> {
+        crate::work::gather_delete_lease(&mut self.pending, claim_token);
         Ok(())
     }
 }

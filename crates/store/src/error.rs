@@ -59,6 +59,10 @@ impl StoreError {
         }
     }
 
+    pub fn constraint(message: impl Into<String>) -> Self {
+        StoreError::new(ErrorKind::Constraint, message)
+    }
+
     pub fn corrupt(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::Corrupt, message)
     }

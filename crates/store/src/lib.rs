@@ -15,8 +15,8 @@ mod traits;
 
 pub use error::{ErrorKind, StoreError};
 pub use traits::{
-    ExpectedVersion, ProjectionState, RowDiff, RowTarget, ScratchTarget, Store, StreamAppend, TableDiff, TableSet,
-    WriteTx,
+    ClaimQuery, ExpectedVersion, ExpiredClaim, Lease, ProjectionState, RowDiff, RowTarget, ScratchTarget, Store,
+    StreamAppend, TableDiff, TableSet, WriteTx,
 };
 
 /// A boxed future, the shape `Store::write` work closures return.

@@ -12,6 +12,7 @@ use crate::BoxFuture;
 use futures::stream::BoxStream;
 use opledger_domain::envelope::{EventEnvelope, NewEvent, StreamId};
 use opledger_domain::projections::{Cell, ProjectionSpec, Row, RowKey, TableSpec};
+use opledger_domain::{OperationId, OperationStatus, Timestamp};
 use std::future::Future;
 
 /// The stream version an append expects to find.
@@ -67,6 +68,47 @@ pub struct RowDiff {
     pub key: String,
     pub live: Option<Vec<Cell>>,
     pub replayed: Option<Vec<Cell>>,
+}
+
+/// The liveness of one claim: what heartbeats and progress reports change
+/// between events. Kept beside the projections, keyed by claim token, and
+/// never rebuilt by replay (it is not derived from the log); a claim's
+/// lease row exists from its claim until its outcome is recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    pub claim_token: String,
+    pub operation_id: OperationId,
+    pub worker: String,
+    pub heartbeat_at: Timestamp,
+    /// Never earlier than the lease the claim event granted.
+    pub lease_expires_at: Timestamp,
+    pub phase: Option<String>,
+    pub processed: Option<i64>,
+    pub total: Option<i64>,
+    pub progressed_at: Option<Timestamp>,
+    /// Counters changed since the last progress event: the outcome records
+    /// them on the timeline as the final counts.
+    pub progress_unrecorded: bool,
+}
+
+/// A claim whose lease ended before some time: recovery's candidate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExpiredClaim {
+    pub operation_id: OperationId,
+    pub claim_token: String,
+    pub lease_expires_at: Timestamp,
+}
+
+/// Which processing states a batch claim may take.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimQuery {
+    /// Task kinds to take; empty means any.
+    pub kinds: Vec<String>,
+    /// Claimable statuses (the domain's `CLAIMABLE_STATUSES`).
+    pub statuses: &'static [OperationStatus],
+    /// Only rows with `available_at <= now`.
+    pub now: Timestamp,
+    pub limit: usize,
 }
 
 /// Projection rows that folds load and write back.
@@ -145,10 +187,34 @@ pub trait WriteTx: RowTarget {
         position: i64,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
-    /// Replaces the live tables of `spec` with its shadow, records the
-    /// spec's version at the shadow's position. Atomic with the rest of
-    /// this transaction.
-    fn swap_shadow(&mut self, spec: &'static ProjectionSpec) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Replaces the live tables of a family of projections (parents
+    /// first) with their shadows, and records each spec's version at its
+    /// shadow's position. Atomic with the rest of this transaction.
+    fn swap_shadows(
+        &mut self,
+        specs: &[&'static ProjectionSpec],
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Rows of `table` whose columns equal the given cells (a lookup by a
+    /// unique key other than the primary key), at most `limit`.
+    fn find_rows(
+        &mut self,
+        table: &'static TableSpec,
+        filters: &[(&'static str, Cell)],
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<Row>, StoreError>> + Send;
+
+    /// Processing states (both target types) a worker may claim: status in
+    /// `query.statuses`, `available_at <= query.now`, kind in `query.kinds`,
+    /// highest priority first, then longest waiting, then operation id.
+    fn claimable(&mut self, query: &ClaimQuery) -> impl Future<Output = Result<Vec<Row>, StoreError>> + Send;
+
+    fn lease(&mut self, claim_token: &str) -> impl Future<Output = Result<Option<Lease>, StoreError>> + Send;
+
+    /// Inserts or replaces a claim's lease row.
+    fn put_lease(&mut self, lease: &Lease) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    fn delete_lease(&mut self, claim_token: &str) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
 
 /// A private copy of every projection table that replay folds into, and
@@ -226,6 +292,25 @@ pub trait Store: Clone + Send + Sync + 'static {
 
     /// Counts the live rows of a table.
     fn count_rows(&self, table: &'static TableSpec) -> impl Future<Output = Result<i64, StoreError>> + Send;
+
+    /// Like [`WriteTx::find_rows`], from a read connection.
+    fn find_rows(
+        &self,
+        table: &'static TableSpec,
+        filters: &[(&'static str, Cell)],
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<Row>, StoreError>> + Send;
+
+    /// A claim's lease row, from a read connection.
+    fn lease(&self, claim_token: &str) -> impl Future<Output = Result<Option<Lease>, StoreError>> + Send;
+
+    /// Claims (both target types) whose lease, extended by heartbeats,
+    /// ended before `now`; oldest first, at most `limit`.
+    fn expired_claims(
+        &self,
+        now: Timestamp,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<ExpiredClaim>, StoreError>> + Send;
 
     /// Opens an empty scratch copy of every projection table.
     fn open_scratch(&self) -> impl Future<Output = Result<Self::Scratch, StoreError>> + Send;

@@ -44,6 +44,7 @@ pub static MEDIA_REGISTRY: ProjectionSpec = ProjectionSpec {
     version: 1,
     tables: &[&MEDIA_TABLE, &REGIONS_TABLE],
     question: "Which media items and regions exist, where is each file, and what is its content digest?",
+    depends_on: &[],
 };
 
 /// One media item.

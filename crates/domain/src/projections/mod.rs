@@ -14,6 +14,7 @@
 mod cells;
 mod media_registry;
 mod operations;
+mod processing_states;
 mod working_set;
 
 pub use cells::{Cell, ColumnSpec, ColumnType, MapError, TableSpec};
@@ -23,10 +24,15 @@ pub use media_registry::{
 pub use operations::{
     operation_key, MediaOperations, OperationRow, INGESTION_FILE, MEDIA_OPERATIONS, OPERATIONS_TABLE,
 };
+pub use processing_states::{
+    state_key, state_table, ProcessingStateRow, ProcessingStates, MEDIA_STATES_TABLE, PROCESSING_STATES,
+    REGION_STATES_TABLE,
+};
 pub use working_set::{RowKey, WorkingSet};
 
 use crate::envelope::EventEnvelope;
 use crate::error::FoldError;
+use crate::tasks::TargetType;
 
 /// What a projection is: its name, version and tables.
 #[derive(Debug)]
@@ -40,6 +46,11 @@ pub struct ProjectionSpec {
     pub tables: &'static [&'static TableSpec],
     /// The question the projection answers, for `status` and the docs.
     pub question: &'static str,
+    /// Projections whose tables this one's tables reference (foreign keys).
+    /// A projection and everything connected to it this way form a family
+    /// that is always rebuilt together, so a reference never points from a
+    /// rebuilt table into one that is about to be dropped.
+    pub depends_on: &'static [&'static str],
 }
 
 /// A fold from events into one projection's tables.
@@ -64,6 +75,7 @@ pub enum Row {
     Media(MediaRow),
     Region(RegionRow),
     Operation(OperationRow),
+    ProcessingState(ProcessingStateRow),
 }
 
 impl Row {
@@ -72,6 +84,7 @@ impl Row {
             Row::Media(_) => &MEDIA_TABLE,
             Row::Region(_) => &REGIONS_TABLE,
             Row::Operation(_) => &OPERATIONS_TABLE,
+            Row::ProcessingState(row) => row.table(),
         }
     }
 
@@ -80,6 +93,7 @@ impl Row {
             Row::Media(row) => RowKey::new(&MEDIA_TABLE, row.media_id.to_string()),
             Row::Region(row) => RowKey::new(&REGIONS_TABLE, row.region_id.to_string()),
             Row::Operation(row) => RowKey::new(&OPERATIONS_TABLE, row.operation_id.to_string()),
+            Row::ProcessingState(row) => RowKey::new(row.table(), row.operation_id.to_string()),
         }
     }
 
@@ -87,6 +101,7 @@ impl Row {
     pub fn parent(&self) -> Option<RowKey> {
         match self {
             Row::Region(row) => Some(RowKey::new(&MEDIA_TABLE, row.media_id.to_string())),
+            Row::ProcessingState(row) => Some(row.parent_key()),
             Row::Media(_) | Row::Operation(_) => None,
         }
     }
@@ -96,6 +111,7 @@ impl Row {
             Row::Media(row) => row.to_cells(),
             Row::Region(row) => row.to_cells(),
             Row::Operation(row) => row.to_cells(),
+            Row::ProcessingState(row) => row.to_cells(),
         }
     }
 
@@ -111,6 +127,12 @@ impl Row {
             "media" => MediaRow::from_cells(cells).map(Row::Media),
             "media_regions" => RegionRow::from_cells(cells).map(Row::Region),
             "media_operations" => OperationRow::from_cells(cells).map(Row::Operation),
+            "media_processing_states" => {
+                ProcessingStateRow::from_cells(TargetType::Media, cells).map(Row::ProcessingState)
+            }
+            "region_processing_states" => {
+                ProcessingStateRow::from_cells(TargetType::Region, cells).map(Row::ProcessingState)
+            }
             other => Err(MapError::new(other, "not a projection table".to_string())),
         }
     }
@@ -118,7 +140,7 @@ impl Row {
 
 /// Every projection this build maintains, in the order they are folded.
 pub fn all_projectors() -> &'static [&'static dyn Projector] {
-    &[&MediaRegistry, &MediaOperations]
+    &[&MediaRegistry, &MediaOperations, &ProcessingStates]
 }
 
 /// Every projection spec, in fold order.
@@ -155,17 +177,51 @@ pub fn table_by_name(name: &str) -> Option<&'static TableSpec> {
         .find(|table| table.name == name)
 }
 
-/// The row a stream owns, if any: the media row of `media-<id>`, the
-/// operation row of `operation-<id>`. Such a row is born with its stream's
-/// first event, so when a fold sees an event at stream version 1 the row
-/// cannot exist yet and need not be looked up.
-pub fn row_owned_by(stream: &crate::envelope::StreamId) -> Option<RowKey> {
+/// The rows a stream owns: the media row of `media-<id>`; the operation
+/// row and the processing-state rows of `operation-<id>`. Such rows are born
+/// with their stream's first event, so when a fold sees an event at stream
+/// version 1 they cannot exist yet and need not be looked up.
+pub fn rows_owned_by(stream: &crate::envelope::StreamId, owned: &mut Vec<RowKey>) {
     let text = stream.as_str();
     if let Some(id) = text.strip_prefix("media-") {
-        return Some(RowKey::new(&MEDIA_TABLE, id.to_string()));
+        owned.push(RowKey::new(&MEDIA_TABLE, id.to_string()));
+    } else if let Some(id) = text.strip_prefix("operation-") {
+        owned.push(RowKey::new(&OPERATIONS_TABLE, id.to_string()));
+        owned.push(RowKey::new(&MEDIA_STATES_TABLE, id.to_string()));
+        owned.push(RowKey::new(&REGION_STATES_TABLE, id.to_string()));
     }
-    if let Some(id) = text.strip_prefix("operation-") {
-        return Some(RowKey::new(&OPERATIONS_TABLE, id.to_string()));
+}
+
+/// The spec of the projection named `name`.
+pub fn spec_by_name(name: &str) -> Option<&'static ProjectionSpec> {
+    all_projectors()
+        .iter()
+        .map(|projector| projector.spec())
+        .find(|spec| spec.name == name)
+}
+
+/// The projections connected to `spec` through `depends_on` in either
+/// direction, `spec` included, in fold order (parents first). They are
+/// rebuilt together.
+pub fn family_of(spec: &'static ProjectionSpec) -> Vec<&'static ProjectionSpec> {
+    let specs = all_specs();
+    let mut family: Vec<&'static str> = vec![spec.name];
+    let mut grew = true;
+    while grew {
+        grew = false;
+        for candidate in &specs {
+            let linked = candidate.depends_on.iter().any(|parent| family.contains(parent))
+                || family.iter().any(|member| {
+                    spec_by_name(member).is_some_and(|member| member.depends_on.contains(&candidate.name))
+                });
+            if linked && !family.contains(&candidate.name) {
+                family.push(candidate.name);
+                grew = true;
+            }
+        }
     }
-    None
+    specs
+        .into_iter()
+        .filter(|candidate| family.contains(&candidate.name))
+        .collect()
 }

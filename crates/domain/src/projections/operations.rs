@@ -55,6 +55,7 @@ pub static MEDIA_OPERATIONS: ProjectionSpec = ProjectionSpec {
     version: 1,
     tables: &[&OPERATIONS_TABLE],
     question: "What work exists, where does each operation stand, who holds it, and why is it waiting or failed?",
+    depends_on: &[],
 };
 
 /// One operation.
@@ -310,6 +311,26 @@ impl Projector for MediaOperations {
             | Event::OperationCancelled(reason) => {
                 next.clear_claim();
                 next.status_reason = Some(reason.reason.clone());
+            }
+            Event::OperationRevisionRequested(requested) => {
+                next.revision = Some(requested.revision.clone());
+                next.inputs = requested.inputs.to_string();
+                if requested.requeue {
+                    next.available_at = Some(event.recorded_at);
+                    next.cancel_requested = false;
+                    next.status_reason = Some(format!("revision {} requested", requested.revision));
+                }
+            }
+            Event::OperationSuperseded(superseded) => {
+                next.clear_claim();
+                next.available_at = Some(event.recorded_at);
+                if let Some(error) = &superseded.error {
+                    next.last_error = Some(error.clone());
+                }
+                next.status_reason = Some(format!(
+                    "revision {} {} after revision {} was requested",
+                    superseded.claimed_revision, superseded.outcome, superseded.requested_revision
+                ));
             }
             Event::OperationCreated(_)
             | Event::MediaRegistered(_)

@@ -67,13 +67,24 @@ impl WorkingSet {
     pub fn delete(&mut self, key: &RowKey) {
         self.dirty.insert(key.clone());
         self.slots.insert(key.clone(), Slot { row: None, dirty: true });
+        self.cascade(key);
+    }
+
+    /// Forgets the known descendants of a deleted row, grandchildren too
+    /// (a media item's regions and their processing states).
+    fn cascade(&mut self, parent: &RowKey) {
+        let mut orphans = Vec::new();
         for (child_key, slot) in self.slots.iter_mut() {
-            if slot.row.as_ref().and_then(Row::parent).as_ref() == Some(key) {
+            if slot.row.as_ref().and_then(Row::parent).as_ref() == Some(parent) {
                 // The stored copy (if any) goes by cascade; nothing to write.
                 slot.row = None;
                 slot.dirty = false;
-                self.dirty.remove(child_key);
+                orphans.push(child_key.clone());
             }
+        }
+        for orphan in orphans {
+            self.dirty.remove(&orphan);
+            self.cascade(&orphan);
         }
     }
 

@@ -1,0 +1,347 @@
+//! The work protocol's decisions, as pure functions of a processing state.
+//!
+//! The engine loads a task's processing-state row inside the write
+//! transaction, asks one of these functions what to record, and appends the
+//! events it returns. Every decision that depends on time or chance takes
+//! them as arguments (`now`, a jitter draw), and records them in the events,
+//! so replay folds the same values instead of deciding again.
+//!
+//! Fencing: a worker's report names its claim token (and, from the library,
+//! the revision it claimed). It is accepted only while that claim holds the
+//! task; otherwise it is a conflict and nothing is recorded.
+
+use crate::error::DomainError;
+use crate::events::{
+    Event, OperationClaimed, OperationFailed, OperationInterrupted, OperationReason, OperationRetryScheduled,
+    OperationRevisionRequested, OperationSucceeded, OperationSuperseded,
+};
+use crate::projections::ProcessingStateRow;
+use crate::tasks::{Exhausted, RetryPolicy, CLAIMABLE_STATUSES};
+use crate::time::Timestamp;
+use crate::transitions::{self, Cause};
+use serde_json::Value;
+
+/// What a worker presents to prove it still holds a task.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fence {
+    pub claim_token: String,
+    /// The revision the worker claimed; checked when given.
+    pub revision: Option<String>,
+}
+
+impl Fence {
+    pub fn token(claim_token: impl Into<String>) -> Self {
+        Fence {
+            claim_token: claim_token.into(),
+            revision: None,
+        }
+    }
+}
+
+/// How a worker finished.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Completion {
+    /// It produced this output.
+    Output(Value),
+    /// It ran and found nothing to produce (an optional output).
+    NoResult { reason: String },
+}
+
+/// Refuses a report whose claim no longer holds the task.
+pub fn check_fence(row: &ProcessingStateRow, fence: &Fence) -> Result<(), DomainError> {
+    if row.claim_token.as_deref() != Some(fence.claim_token.as_str()) {
+        return Err(DomainError::Conflict(format!(
+            "claim {} no longer holds task {} ({} on {}): it is {}{}",
+            fence.claim_token,
+            row.operation_id,
+            row.task_kind,
+            row.target_id,
+            row.status,
+            row.claim_token
+                .as_deref()
+                .map(|holder| format!(", held by claim {holder}"))
+                .unwrap_or_default()
+        )));
+    }
+    if let Some(revision) = &fence.revision {
+        if row.claimed_revision.as_deref() != Some(revision.as_str()) {
+            return Err(DomainError::Conflict(format!(
+                "claim {} runs revision {}, not {revision}",
+                fence.claim_token,
+                row.claimed_revision.as_deref().unwrap_or("none")
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// A request for `revision` on an existing task: `None` when that revision
+/// is already the requested one (completed or on its way), else the event
+/// that records the new request.
+pub fn decide_request(row: &ProcessingStateRow, revision: &str, inputs: Value) -> Option<Event> {
+    if row.requested_revision == revision {
+        return None;
+    }
+    let requeue = transitions::transition(row.status, Cause::Request).is_ok();
+    Some(Event::OperationRevisionRequested(OperationRevisionRequested {
+        operation_id: row.operation_id,
+        revision: revision.to_string(),
+        inputs,
+        requeue,
+    }))
+}
+
+/// Whether a worker may claim the task at `now`.
+pub fn is_claimable(row: &ProcessingStateRow, now: Timestamp) -> bool {
+    CLAIMABLE_STATUSES.contains(&row.status) && row.available_at <= now && !row.cancel_requested
+}
+
+/// A claim of the requested revision with a fresh token.
+pub fn decide_claim(
+    row: &ProcessingStateRow,
+    claim_token: String,
+    worker: String,
+    now: Timestamp,
+    lease_expires_at: Timestamp,
+) -> Result<Event, DomainError> {
+    transitions::transition(row.status, Cause::Claim)?;
+    if !is_claimable(row, now) {
+        return Err(DomainError::Conflict(format!(
+            "task {} is not claimable until {}",
+            row.operation_id, row.available_at
+        )));
+    }
+    if claim_token.is_empty() || worker.trim().is_empty() {
+        return Err(DomainError::InvalidInput(
+            "a claim needs a token and a worker name".into(),
+        ));
+    }
+    Ok(Event::OperationClaimed(OperationClaimed {
+        operation_id: row.operation_id,
+        claim_token,
+        worker,
+        revision: Some(row.requested_revision.clone()),
+        lease_expires_at,
+    }))
+}
+
+/// The claim's revision is no longer the requested one.
+fn superseded(row: &ProcessingStateRow) -> bool {
+    row.claimed_revision.as_deref() != Some(row.requested_revision.as_str())
+}
+
+/// A worker's completion. If the requested revision changed while it ran,
+/// the outcome is recorded against the revision it claimed and the task
+/// goes back to the queue for the requested one, never to done.
+pub fn decide_complete(
+    row: &ProcessingStateRow,
+    fence: &Fence,
+    completion: Completion,
+) -> Result<Vec<Event>, DomainError> {
+    check_fence(row, fence)?;
+    let operation_id = row.operation_id;
+    if superseded(row) {
+        let (outcome, output) = match completion {
+            Completion::Output(output) => ("succeeded", output),
+            Completion::NoResult { .. } => ("no_result", Value::Null),
+        };
+        transitions::transition(row.status, Cause::Supersede)?;
+        return Ok(vec![Event::OperationSuperseded(OperationSuperseded {
+            operation_id,
+            claim_token: fence.claim_token.clone(),
+            claimed_revision: row.claimed_revision.clone().unwrap_or_default(),
+            requested_revision: row.requested_revision.clone(),
+            outcome: outcome.to_string(),
+            output,
+            error: None,
+        })]);
+    }
+    Ok(vec![match completion {
+        Completion::Output(output) => {
+            transitions::transition(row.status, Cause::Succeed)?;
+            Event::OperationSucceeded(OperationSucceeded {
+                operation_id,
+                claim_token: Some(fence.claim_token.clone()),
+                output,
+            })
+        }
+        Completion::NoResult { reason } => {
+            transitions::transition(row.status, Cause::FindNothing)?;
+            Event::OperationFoundNothing(OperationReason { operation_id, reason })
+        }
+    }])
+}
+
+/// A worker's failure report. A retryable error is retried with exponential
+/// backoff plus jitter until the kind's attempts run out; `jitter_draw` is a
+/// uniformly drawn number in `0..=1000` that picks the jitter (per mille of
+/// the largest allowed), drawn by the engine and recorded in the event.
+pub fn decide_fail(
+    row: &ProcessingStateRow,
+    fence: &Fence,
+    error: &str,
+    terminal: bool,
+    policy: &RetryPolicy,
+    now: Timestamp,
+    jitter_draw: u32,
+) -> Result<Vec<Event>, DomainError> {
+    check_fence(row, fence)?;
+    if error.trim().is_empty() {
+        return Err(DomainError::InvalidInput("a failure needs an error text".into()));
+    }
+    let operation_id = row.operation_id;
+    if superseded(row) {
+        transitions::transition(row.status, Cause::Supersede)?;
+        return Ok(vec![Event::OperationSuperseded(OperationSuperseded {
+            operation_id,
+            claim_token: fence.claim_token.clone(),
+            claimed_revision: row.claimed_revision.clone().unwrap_or_default(),
+            requested_revision: row.requested_revision.clone(),
+            outcome: "failed".to_string(),
+            output: Value::Null,
+            error: Some(error.to_string()),
+        })]);
+    }
+    let failures = u32::try_from(row.failure_count + 1).unwrap_or(u32::MAX);
+    let failed = |retryable: bool, error: String| {
+        Event::OperationFailed(OperationFailed {
+            operation_id,
+            claim_token: Some(fence.claim_token.clone()),
+            error,
+            retryable,
+        })
+    };
+    if terminal {
+        transitions::transition(row.status, Cause::FailTerminal)?;
+        return Ok(vec![failed(false, error.to_string())]);
+    }
+    transitions::transition(row.status, Cause::FailRetryable)?;
+    if failures >= policy.max_attempts {
+        let summary = format!(
+            "{error} (attempt {failures} of {}: no attempts left)",
+            policy.max_attempts
+        );
+        return Ok(match policy.exhausted {
+            Exhausted::FailTerminal => vec![failed(false, summary)],
+            Exhausted::DeadLetter => vec![
+                failed(true, error.to_string()),
+                Event::OperationDeadLettered(OperationReason {
+                    operation_id,
+                    reason: summary,
+                }),
+            ],
+        });
+    }
+    let backoff_ms = policy.backoff_ms(failures);
+    let jitter_ms = policy.max_jitter_ms(backoff_ms) * i64::from(jitter_draw.min(1_000)) / 1_000;
+    Ok(vec![
+        failed(true, error.to_string()),
+        Event::OperationRetryScheduled(OperationRetryScheduled {
+            operation_id,
+            available_at: now.plus_millis(backoff_ms + jitter_ms),
+            backoff_ms,
+            jitter_ms,
+        }),
+    ])
+}
+
+/// What a cancel request records: unclaimed work is cancelled at once;
+/// claimed work is asked to stop (the worker sees it at its next heartbeat)
+/// and becomes `cancelled` when the worker acknowledges or recovery finds it
+/// dead. An empty answer: cancellation was already requested.
+pub fn decide_cancel(row: &ProcessingStateRow, reason: &str) -> Result<Vec<Event>, DomainError> {
+    let operation_id = row.operation_id;
+    let reason = if reason.trim().is_empty() {
+        "cancel requested".to_string()
+    } else {
+        reason.to_string()
+    };
+    if row.status.is_terminal() {
+        return Err(DomainError::Conflict(format!(
+            "task {operation_id} is {} and cannot be cancelled",
+            row.status
+        )));
+    }
+    if row.status.is_claimed() {
+        if row.cancel_requested {
+            return Ok(Vec::new());
+        }
+        return Ok(vec![Event::OperationCancelRequested(OperationReason {
+            operation_id,
+            reason,
+        })]);
+    }
+    transitions::transition(row.status, Cause::Cancel)?;
+    Ok(vec![Event::OperationCancelled(OperationReason {
+        operation_id,
+        reason,
+    })])
+}
+
+/// The worker stopped after a cancel request and removed its temporary
+/// outputs.
+pub fn decide_acknowledge_cancel(row: &ProcessingStateRow, fence: &Fence) -> Result<Event, DomainError> {
+    check_fence(row, fence)?;
+    if !row.cancel_requested {
+        return Err(DomainError::Conflict(format!(
+            "task {} has no cancel request to acknowledge; report a failure instead",
+            row.operation_id
+        )));
+    }
+    transitions::transition(row.status, Cause::Cancel)?;
+    Ok(Event::OperationCancelled(OperationReason {
+        operation_id: row.operation_id,
+        reason: "cancelled: the worker stopped and cleaned up".to_string(),
+    }))
+}
+
+/// Recovery found the claim's lease expired at `lease_expired_at`: the claim
+/// is interrupted, then the task is cancelled (if that was asked),
+/// quarantined (interrupted too often), failed (kinds that must not re-run
+/// on their own) or requeued.
+pub fn decide_interrupt(
+    row: &ProcessingStateRow,
+    policy: &RetryPolicy,
+    lease_expired_at: Timestamp,
+) -> Result<Vec<Event>, DomainError> {
+    let operation_id = row.operation_id;
+    transitions::transition(row.status, Cause::Interrupt)?;
+    let interruptions = row.interruption_count + 1;
+    let interrupted = Event::OperationInterrupted(OperationInterrupted {
+        operation_id,
+        claim_token: row.claim_token.clone(),
+        reason: format!(
+            "lease expired at {lease_expired_at} (worker {}, interruption {interruptions})",
+            row.worker.as_deref().unwrap_or("unknown")
+        ),
+    });
+    let next = if row.cancel_requested {
+        Event::OperationCancelled(OperationReason {
+            operation_id,
+            reason: "cancelled: the worker died before acknowledging; finished by recovery".to_string(),
+        })
+    } else if interruptions > i64::from(policy.max_interruptions) {
+        Event::OperationFailed(OperationFailed {
+            operation_id,
+            claim_token: None,
+            error: format!(
+                "quarantined: interrupted {interruptions} times (the budget is {})",
+                policy.max_interruptions
+            ),
+            retryable: false,
+        })
+    } else if !policy.requeue_after_interruption {
+        Event::OperationFailed(OperationFailed {
+            operation_id,
+            claim_token: None,
+            error: format!("interrupted; {} does not re-run automatically", row.task_kind),
+            retryable: false,
+        })
+    } else {
+        Event::OperationRequeued(OperationReason {
+            operation_id,
+            reason: format!("requeued after interruption {interruptions}"),
+        })
+    };
+    Ok(vec![interrupted, next])
+}

@@ -1,0 +1,894 @@
+//! The work protocol: request, claim, heartbeat, progress, complete, fail,
+//! cancel and recovery, each one write transaction.
+//!
+//! Every command loads the processing state it decides on inside the write
+//! transaction, asks the domain (`opledger_domain::work`), appends what the
+//! domain returned and folds it inline, so the state a command decided on is
+//! the state it changed. Reports from workers are fenced: the claim token
+//! (and revision, when given) must still hold the task, else Conflict and
+//! nothing is written. Heartbeats and progress counters change only the
+//! lease table (liveness); phase changes, final counts and every status
+//! change are events.
+
+use crate::commands::{commit_appends, CommandContext};
+use crate::error::EngineError;
+use crate::Engine;
+use opledger_domain::events::{Event, OperationCreated, OperationProgressed, OperationTarget};
+use opledger_domain::projections::{
+    media_key, region_key, state_key, state_table, MediaRow, ProcessingStateRow, RegionRow, Row, WorkingSet,
+    MEDIA_TABLE, REGIONS_TABLE,
+};
+use opledger_domain::revision::compute_revision;
+use opledger_domain::tasks::{task_kind, TargetType, CLAIMABLE_STATUSES};
+use opledger_domain::work::{self, Completion, Fence};
+use opledger_domain::{MediaId, NewEvent, OperationId, OperationStatus, RegionId, StreamId, Timestamp};
+use opledger_store::{ClaimQuery, ExpectedVersion, ExpiredClaim, Lease, Store, StreamAppend, WriteTx};
+use serde_json::{Map, Value};
+use std::future::Future;
+use std::pin::Pin;
+
+/// The longest lease a claim may take. A worker that needs longer
+/// heartbeats; a lease of years would hide a dead worker for years.
+pub use crate::commands::MAX_LEASE_MS;
+
+/// The most tasks one claim call may take.
+pub const MAX_CLAIM_BATCH: usize = 1_000;
+
+/// Claims recovery examines per transaction.
+const RECOVERY_BATCH: usize = 500;
+
+/// What a task runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskTarget {
+    Media(MediaId),
+    Region(RegionId),
+}
+
+impl TaskTarget {
+    pub fn target_type(self) -> TargetType {
+        match self {
+            TaskTarget::Media(_) => TargetType::Media,
+            TaskTarget::Region(_) => TargetType::Region,
+        }
+    }
+
+    fn id(self) -> uuid::Uuid {
+        match self {
+            TaskTarget::Media(id) => id.0,
+            TaskTarget::Region(id) => id.0,
+        }
+    }
+}
+
+/// A request for a task kind on a target at the revision its inputs determine.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskRequest {
+    pub target: TaskTarget,
+    pub kind: String,
+    /// The caller's inputs; what the target provides is filled in.
+    pub inputs: Value,
+    /// Higher runs first.
+    pub priority: i32,
+}
+
+/// What a request did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestOutcome {
+    pub operation_id: OperationId,
+    pub requested_revision: String,
+    /// False when that revision was already the requested one (waiting,
+    /// running or completed): nothing was appended.
+    pub created: bool,
+}
+
+/// A batch claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimRequest {
+    /// Task kinds to take; empty takes any.
+    pub kinds: Vec<String>,
+    pub worker: String,
+    pub lease_ms: i64,
+    /// How many tasks to take at most (1 ..= [`MAX_CLAIM_BATCH`]).
+    pub limit: usize,
+}
+
+/// One claimed task, everything a worker needs to run it and report back.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskClaim {
+    pub claim_token: String,
+    pub operation_id: OperationId,
+    pub media_id: Option<MediaId>,
+    pub region_id: Option<RegionId>,
+    pub task_kind: String,
+    pub revision: String,
+    pub inputs: Value,
+    pub lease_expires_at: Timestamp,
+    /// 1 for the first claim of this revision.
+    pub attempt: i64,
+}
+
+impl TaskClaim {
+    /// The fence this claim's reports carry.
+    pub fn fence(&self) -> Fence {
+        Fence {
+            claim_token: self.claim_token.clone(),
+            revision: Some(self.revision.clone()),
+        }
+    }
+}
+
+/// A heartbeat's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeartbeatOutcome {
+    pub lease_expires_at: Timestamp,
+    /// Stop, clean up temporary outputs, then acknowledge the cancel.
+    pub cancel_requested: bool,
+}
+
+/// Progress of a running task: real units done, the total when known.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Progress {
+    pub phase: String,
+    pub processed: i64,
+    pub total: Option<i64>,
+}
+
+/// Where a task stands after a worker's report or a cancel.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskOutcome {
+    pub operation_id: OperationId,
+    pub status: OperationStatus,
+    pub requested_revision: String,
+    pub completed_revision: Option<String>,
+    pub available_at: Timestamp,
+    pub attempt_count: i64,
+    pub failure_count: i64,
+    pub cancel_requested: bool,
+    pub last_error: Option<String>,
+}
+
+impl TaskOutcome {
+    fn of(row: &ProcessingStateRow) -> Self {
+        TaskOutcome {
+            operation_id: row.operation_id,
+            status: row.status,
+            requested_revision: row.requested_revision.clone(),
+            completed_revision: row.completed_revision.clone(),
+            available_at: row.available_at,
+            attempt_count: row.attempt_count,
+            failure_count: row.failure_count,
+            cancel_requested: row.cancel_requested,
+            last_error: row.last_error.clone(),
+        }
+    }
+}
+
+/// A processing state with its claim's liveness joined in.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskView {
+    pub state: ProcessingStateRow,
+    /// Present while a claim is held.
+    pub lease: Option<Lease>,
+}
+
+impl TaskView {
+    /// The lease as extended by heartbeats (the claim's own otherwise).
+    pub fn lease_expires_at(&self) -> Option<Timestamp> {
+        match (&self.lease, self.state.lease_expires_at) {
+            (Some(lease), Some(granted)) => Some(lease.lease_expires_at.max(granted)),
+            (None, granted) => granted,
+            (Some(lease), None) => Some(lease.lease_expires_at),
+        }
+    }
+
+    pub fn heartbeat_at(&self) -> Option<Timestamp> {
+        self.lease.as_ref().map(|lease| lease.heartbeat_at)
+    }
+}
+
+/// What a recovery pass did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// Claims found with an expired lease and interrupted.
+    pub interrupted: u64,
+    pub requeued: u64,
+    /// Interrupted tasks whose cancel request recovery finished.
+    pub cancelled: u64,
+    /// Quarantined (interrupted too often) or not re-run by policy.
+    pub failed: u64,
+    /// Candidates that a worker completed, failed or extended between
+    /// recovery's read and its write: left alone.
+    pub skipped: u64,
+}
+
+/// Called between recovery's read of expired claims and its write; tests
+/// use it to land a completion in the gap.
+pub type RecoveryHook = Box<dyn Fn(Vec<ExpiredClaim>) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
+
+/// Loads the processing state of a task operation (either table) into
+/// `rows`; None when it has none.
+async fn load_state<T: WriteTx>(
+    tx: &mut T,
+    rows: &mut WorkingSet,
+    operation_id: OperationId,
+) -> Result<Option<ProcessingStateRow>, EngineError> {
+    let mut found = None;
+    for target_type in [TargetType::Media, TargetType::Region] {
+        let key = state_key(target_type, operation_id);
+        if rows.is_known(&key) {
+            if let Some(Row::ProcessingState(row)) = rows.get(&key) {
+                found = Some(row.clone());
+            }
+            continue;
+        }
+        let loaded = tx
+            .load_rows(state_table(target_type), std::slice::from_ref(&key.key))
+            .await?;
+        match loaded.into_iter().next() {
+            Some(Row::ProcessingState(row)) => {
+                rows.insert_loaded(key, Some(Row::ProcessingState(row.clone())));
+                found = Some(row);
+            }
+            _ => rows.insert_loaded(key, None),
+        }
+    }
+    Ok(found)
+}
+
+/// The task a claim token holds, through its lease row; Conflict when the
+/// claim no longer exists (finished, interrupted, or never was).
+async fn load_claimed<T: WriteTx>(
+    tx: &mut T,
+    rows: &mut WorkingSet,
+    fence: &Fence,
+) -> Result<(ProcessingStateRow, Lease), EngineError> {
+    let stale = || {
+        EngineError::Domain(opledger_domain::DomainError::Conflict(format!(
+            "claim {} does not hold any task (it finished, was interrupted by recovery, or never existed)",
+            fence.claim_token
+        )))
+    };
+    let lease = tx.lease(&fence.claim_token).await?.ok_or_else(stale)?;
+    let state = load_state(tx, rows, lease.operation_id).await?.ok_or_else(stale)?;
+    work::check_fence(&state, fence)?;
+    Ok((state, lease))
+}
+
+fn single_append(row: &ProcessingStateRow, events: Vec<NewEvent>) -> StreamAppend {
+    StreamAppend {
+        stream_id: StreamId::operation(row.operation_id),
+        expected: ExpectedVersion::Exactly(row.version),
+        events,
+    }
+}
+
+fn state_after(rows: &WorkingSet, target_type: TargetType, operation_id: OperationId) -> Option<ProcessingStateRow> {
+    match rows.get(&state_key(target_type, operation_id)) {
+        Some(Row::ProcessingState(row)) => Some(row.clone()),
+        _ => None,
+    }
+}
+
+fn check_lease_ms(lease_ms: i64) -> Result<(), EngineError> {
+    if lease_ms <= 0 || lease_ms > MAX_LEASE_MS {
+        return Err(EngineError::invalid(format!(
+            "a lease must be between 1 ms and {} days, not {lease_ms} ms",
+            MAX_LEASE_MS / 86_400_000
+        )));
+    }
+    Ok(())
+}
+
+impl<S: Store> Engine<S> {
+    /// Requests a task kind on a target at the revision its inputs
+    /// determine. The first request creates the task's operation; a request
+    /// for the revision already requested is a no-op; another revision
+    /// replaces the requested one atomically (a worker running the old one
+    /// finishes it, and the task is then claimable for the new one).
+    pub async fn request_task(
+        &self,
+        context: &CommandContext,
+        request: TaskRequest,
+    ) -> Result<RequestOutcome, EngineError> {
+        let kind = task_kind(&request.kind)?;
+        if kind.target != request.target.target_type() {
+            return Err(EngineError::invalid(format!(
+                "task kind {} runs on {} targets, not on a {}",
+                kind.name,
+                kind.target,
+                request.target.target_type()
+            )));
+        }
+        if !request.inputs.is_object() {
+            return Err(EngineError::invalid(format!(
+                "{} inputs must be a JSON object, not {}",
+                kind.name, request.inputs
+            )));
+        }
+        let operation_id = OperationId(self.ids.next());
+        let stamp = self.stamp(context);
+        self.store
+            .write(move |tx: &mut S::Tx| {
+                Box::pin(async move {
+                    let mut rows = WorkingSet::default();
+                    let (media_id, region_id, target_values) = target_values(tx, &mut rows, request.target).await?;
+                    let inputs = kind.complete_inputs(&request.inputs, &target_values)?;
+                    let inputs = Value::Object(inputs);
+                    let revision = compute_revision(kind.name, kind.version, &inputs)
+                        .map_err(|error| EngineError::invalid(format!("{} inputs: {error}", kind.name)))?;
+                    let target_column = match request.target {
+                        TaskTarget::Media(_) => "media_id",
+                        TaskTarget::Region(_) => "region_id",
+                    };
+                    let table = state_table(kind.target);
+                    let existing = tx
+                        .find_rows(
+                            table,
+                            &[
+                                (
+                                    target_column,
+                                    opledger_domain::projections::Cell::Uuid(request.target.id()),
+                                ),
+                                (
+                                    "task_kind",
+                                    opledger_domain::projections::Cell::Text(kind.name.to_string()),
+                                ),
+                            ],
+                            1,
+                        )
+                        .await?;
+                    if let Some(Row::ProcessingState(state)) = existing.into_iter().next() {
+                        rows.insert_loaded(
+                            state_key(kind.target, state.operation_id),
+                            Some(Row::ProcessingState(state.clone())),
+                        );
+                        let Some(event) = work::decide_request(&state, &revision, inputs) else {
+                            return Ok(RequestOutcome {
+                                operation_id: state.operation_id,
+                                requested_revision: revision,
+                                created: false,
+                            });
+                        };
+                        commit_appends(tx, &mut rows, vec![single_append(&state, vec![stamp.event(event)])]).await?;
+                        return Ok(RequestOutcome {
+                            operation_id: state.operation_id,
+                            requested_revision: revision,
+                            created: true,
+                        });
+                    }
+                    let event = Event::OperationCreated(OperationCreated {
+                        operation_id,
+                        kind: kind.name.to_string(),
+                        target: OperationTarget {
+                            media_id: Some(media_id),
+                            region_id,
+                            path: None,
+                        },
+                        revision: Some(revision.clone()),
+                        inputs,
+                        status: OperationStatus::Queued,
+                        priority: request.priority,
+                    });
+                    commit_appends(
+                        tx,
+                        &mut rows,
+                        vec![StreamAppend {
+                            stream_id: StreamId::operation(operation_id),
+                            expected: ExpectedVersion::NoStream,
+                            events: vec![stamp.event(event)],
+                        }],
+                    )
+                    .await?;
+                    Ok::<_, EngineError>(RequestOutcome {
+                        operation_id,
+                        requested_revision: revision,
+                        created: true,
+                    })
+                })
+            })
+            .await
+    }
+
+    /// Claims up to `limit` available tasks (claimable status, due now),
+    /// highest priority first, then longest waiting. Each claim gets a fresh
+    /// token bound to the requested revision and a lease; an empty answer
+    /// means nothing is available.
+    pub async fn claim_tasks(
+        &self,
+        context: &CommandContext,
+        request: ClaimRequest,
+    ) -> Result<Vec<TaskClaim>, EngineError> {
+        check_lease_ms(request.lease_ms)?;
+        if request.limit == 0 || request.limit > MAX_CLAIM_BATCH {
+            return Err(EngineError::invalid(format!(
+                "a claim takes 1 to {MAX_CLAIM_BATCH} tasks, not {}",
+                request.limit
+            )));
+        }
+        if request.worker.trim().is_empty() {
+            return Err(EngineError::invalid("a claim needs a worker name"));
+        }
+        for kind in &request.kinds {
+            task_kind(kind)?;
+        }
+        let stamp = self.stamp(context);
+        let now = stamp.recorded_at;
+        let lease_expires_at = now.plus_millis(request.lease_ms);
+        let ids = self.ids.clone();
+        self.store
+            .write(move |tx: &mut S::Tx| {
+                Box::pin(async move {
+                    let query = ClaimQuery {
+                        kinds: request.kinds,
+                        statuses: CLAIMABLE_STATUSES,
+                        now,
+                        limit: request.limit,
+                    };
+                    let candidates = tx.claimable(&query).await?;
+                    let mut rows = WorkingSet::default();
+                    let mut appends = Vec::with_capacity(candidates.len());
+                    let mut claims = Vec::with_capacity(candidates.len());
+                    for candidate in candidates {
+                        let Row::ProcessingState(state) = candidate else {
+                            continue;
+                        };
+                        let claim_token = ids.next().to_string();
+                        let event = work::decide_claim(
+                            &state,
+                            claim_token.clone(),
+                            request.worker.clone(),
+                            now,
+                            lease_expires_at,
+                        )?;
+                        let inputs: Value = serde_json::from_str(&state.inputs).map_err(|error| {
+                            opledger_store::StoreError::corrupt(format!(
+                                "inputs of task {} are not JSON: {error}",
+                                state.operation_id
+                            ))
+                        })?;
+                        tx.put_lease(&Lease {
+                            claim_token: claim_token.clone(),
+                            operation_id: state.operation_id,
+                            worker: request.worker.clone(),
+                            heartbeat_at: now,
+                            lease_expires_at,
+                            phase: None,
+                            processed: None,
+                            total: None,
+                            progressed_at: None,
+                            progress_unrecorded: false,
+                        })
+                        .await?;
+                        claims.push(TaskClaim {
+                            claim_token,
+                            operation_id: state.operation_id,
+                            media_id: state.media_id(),
+                            region_id: state.region_id(),
+                            task_kind: state.task_kind.clone(),
+                            revision: state.requested_revision.clone(),
+                            inputs,
+                            lease_expires_at,
+                            attempt: state.attempt_count + 1,
+                        });
+                        appends.push(single_append(&state, vec![stamp.event(event)]));
+                        let key = state_key(state.target_type, state.operation_id);
+                        let other = state_key(
+                            match state.target_type {
+                                TargetType::Media => TargetType::Region,
+                                TargetType::Region => TargetType::Media,
+                            },
+                            state.operation_id,
+                        );
+                        rows.insert_loaded(key, Some(Row::ProcessingState(state)));
+                        rows.insert_loaded(other, None);
+                    }
+                    if !appends.is_empty() {
+                        commit_appends(tx, &mut rows, appends).await?;
+                    }
+                    Ok::<_, EngineError>(claims)
+                })
+            })
+            .await
+    }
+
+    /// Extends a claim's lease (by `lease_ms`, or by the length of the lease
+    /// the claim took) and tells the worker whether cancellation was
+    /// requested. Liveness only: nothing is appended to the log.
+    pub async fn heartbeat(&self, fence: &Fence, lease_ms: Option<i64>) -> Result<HeartbeatOutcome, EngineError> {
+        if let Some(lease_ms) = lease_ms {
+            check_lease_ms(lease_ms)?;
+        }
+        let now = self.clock.now();
+        let fence = fence.clone();
+        self.store
+            .write(move |tx: &mut S::Tx| {
+                Box::pin(async move {
+                    let mut rows = WorkingSet::default();
+                    let (state, mut lease) = load_claimed(tx, &mut rows, &fence).await?;
+                    let granted = match (state.claimed_at, state.lease_expires_at) {
+                        (Some(claimed_at), Some(expires)) => {
+                            (expires.as_micros() - claimed_at.as_micros()).max(1_000) / 1_000
+                        }
+                        _ => 60_000,
+                    };
+                    let extended = now.plus_millis(lease_ms.unwrap_or(granted));
+                    lease.heartbeat_at = now;
+                    lease.lease_expires_at = lease.lease_expires_at.max(extended);
+                    tx.put_lease(&lease).await?;
+                    Ok::<_, EngineError>(HeartbeatOutcome {
+                        lease_expires_at: lease.lease_expires_at,
+                        cancel_requested: state.cancel_requested,
+                    })
+                })
+            })
+            .await
+    }
+
+    /// Records progress of a claimed task. A new phase is an event on the
+    /// timeline; counters within a phase are liveness (the lease row), and
+    /// the last counters become an event when the task finishes. Workers
+    /// throttle their reports (the runtime sends about every 250 ms).
+    pub async fn report_progress(
+        &self,
+        context: &CommandContext,
+        fence: &Fence,
+        progress: Progress,
+    ) -> Result<(), EngineError> {
+        if progress.phase.trim().is_empty() {
+            return Err(EngineError::invalid("progress needs a phase"));
+        }
+        if progress.processed < 0 || progress.total.is_some_and(|total| total < 0) {
+            return Err(EngineError::invalid("progress counts cannot be negative"));
+        }
+        if let Some(total) = progress.total {
+            if progress.processed > total {
+                return Err(EngineError::invalid(format!(
+                    "processed ({}) cannot exceed total ({total})",
+                    progress.processed
+                )));
+            }
+        }
+        let stamp = self.stamp(context);
+        let fence = fence.clone();
+        self.store
+            .write(move |tx: &mut S::Tx| {
+                Box::pin(async move {
+                    let mut rows = WorkingSet::default();
+                    let (state, mut lease) = load_claimed(tx, &mut rows, &fence).await?;
+                    let new_phase = lease.phase.as_deref() != Some(progress.phase.as_str());
+                    lease.phase = Some(progress.phase.clone());
+                    lease.processed = Some(progress.processed);
+                    lease.total = progress.total;
+                    lease.progressed_at = Some(stamp.recorded_at);
+                    lease.progress_unrecorded = !new_phase;
+                    tx.put_lease(&lease).await?;
+                    if new_phase {
+                        let event = Event::OperationProgressed(OperationProgressed {
+                            operation_id: state.operation_id,
+                            phase: progress.phase,
+                            processed: progress.processed,
+                            total: progress.total,
+                        });
+                        commit_appends(tx, &mut rows, vec![single_append(&state, vec![stamp.event(event)])]).await?;
+                    }
+                    Ok::<_, EngineError>(())
+                })
+            })
+            .await
+    }
+
+    /// Records a worker's completion (fenced). The final progress counters,
+    /// if not yet on the timeline, are recorded first.
+    pub async fn complete_task(
+        &self,
+        context: &CommandContext,
+        fence: &Fence,
+        completion: Completion,
+    ) -> Result<TaskOutcome, EngineError> {
+        let stamp = self.stamp(context);
+        let fence = fence.clone();
+        self.finish(fence.clone(), stamp, move |state| {
+            work::decide_complete(state, &fence, completion)
+        })
+        .await
+    }
+
+    /// Records a worker's failure (fenced): retried with backoff and
+    /// recorded jitter while attempts remain, else final.
+    pub async fn fail_task(
+        &self,
+        context: &CommandContext,
+        fence: &Fence,
+        error: &str,
+        terminal: bool,
+    ) -> Result<TaskOutcome, EngineError> {
+        let stamp = self.stamp(context);
+        let now = stamp.recorded_at;
+        let jitter_draw = self.jitter.draw();
+        let (fence_for_decision, error) = (fence.clone(), error.to_string());
+        self.finish(fence.clone(), stamp, move |state| {
+            let policy = task_kind(&state.task_kind)?.policy;
+            work::decide_fail(state, &fence_for_decision, &error, terminal, &policy, now, jitter_draw)
+        })
+        .await
+    }
+
+    /// The worker stopped after a cancel request and removed its temporary
+    /// outputs: the task is `cancelled` now.
+    pub async fn acknowledge_cancel(
+        &self,
+        context: &CommandContext,
+        fence: &Fence,
+    ) -> Result<TaskOutcome, EngineError> {
+        let stamp = self.stamp(context);
+        let fence = fence.clone();
+        self.finish(fence.clone(), stamp, move |state| {
+            work::decide_acknowledge_cancel(state, &fence).map(|event| vec![event])
+        })
+        .await
+    }
+
+    /// Ends a claim with the events `decide` returns, in one transaction:
+    /// unrecorded final counters first, then the outcome; the lease row goes.
+    async fn finish<D>(
+        &self,
+        fence: Fence,
+        stamp: crate::commands::Stamp,
+        decide: D,
+    ) -> Result<TaskOutcome, EngineError>
+    where
+        D: FnOnce(&ProcessingStateRow) -> Result<Vec<Event>, opledger_domain::DomainError> + Send + 'static,
+    {
+        self.store
+            .write(move |tx: &mut S::Tx| {
+                Box::pin(async move {
+                    let mut rows = WorkingSet::default();
+                    let (state, lease) = load_claimed(tx, &mut rows, &fence).await?;
+                    let outcome_events = decide(&state)?;
+                    let mut events = Vec::with_capacity(outcome_events.len() + 1);
+                    if lease.progress_unrecorded {
+                        if let (Some(phase), Some(processed)) = (lease.phase.clone(), lease.processed) {
+                            events.push(stamp.event(Event::OperationProgressed(OperationProgressed {
+                                operation_id: state.operation_id,
+                                phase,
+                                processed,
+                                total: lease.total,
+                            })));
+                        }
+                    }
+                    events.extend(outcome_events.into_iter().map(|event| stamp.event(event)));
+                    tx.delete_lease(&fence.claim_token).await?;
+                    commit_appends(tx, &mut rows, vec![single_append(&state, events)]).await?;
+                    let after = state_after(&rows, state.target_type, state.operation_id)
+                        .ok_or_else(|| EngineError::not_found("task", state.operation_id))?;
+                    Ok::<_, EngineError>(TaskOutcome::of(&after))
+                })
+            })
+            .await
+    }
+
+    /// Cancels a task: at once when no worker holds it; otherwise the
+    /// request is recorded and the worker sees it at its next heartbeat.
+    pub async fn cancel_task(
+        &self,
+        context: &CommandContext,
+        operation_id: OperationId,
+        reason: &str,
+    ) -> Result<TaskOutcome, EngineError> {
+        let stamp = self.stamp(context);
+        let reason = reason.to_string();
+        self.store
+            .write(move |tx: &mut S::Tx| {
+                Box::pin(async move {
+                    let mut rows = WorkingSet::default();
+                    let state = load_state(tx, &mut rows, operation_id)
+                        .await?
+                        .ok_or_else(|| EngineError::not_found("task", operation_id))?;
+                    let events = work::decide_cancel(&state, &reason)?;
+                    if events.is_empty() {
+                        return Ok(TaskOutcome::of(&state));
+                    }
+                    let events = events.into_iter().map(|event| stamp.event(event)).collect();
+                    commit_appends(tx, &mut rows, vec![single_append(&state, events)]).await?;
+                    let after = state_after(&rows, state.target_type, operation_id)
+                        .ok_or_else(|| EngineError::not_found("task", operation_id))?;
+                    Ok::<_, EngineError>(TaskOutcome::of(&after))
+                })
+            })
+            .await
+    }
+
+    /// One recovery pass: every claim whose lease expired is interrupted,
+    /// then requeued, cancelled or failed per its kind's policy. Run at
+    /// startup before any worker, then periodically.
+    pub async fn recover(&self, context: &CommandContext) -> Result<RecoveryReport, EngineError> {
+        self.recover_with(context, None).await
+    }
+
+    /// [`Engine::recover`] with a hook run between the read of expired
+    /// claims and the write that interrupts them. Each candidate is checked
+    /// again inside the write: a claim completed, failed or extended in the
+    /// gap is left alone, so recovery never undoes a completion.
+    pub async fn recover_with(
+        &self,
+        context: &CommandContext,
+        hook: Option<&RecoveryHook>,
+    ) -> Result<RecoveryReport, EngineError> {
+        let mut report = RecoveryReport::default();
+        let now = self.clock.now();
+        let mut seen: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
+        loop {
+            let candidates: Vec<ExpiredClaim> = self
+                .store
+                .expired_claims(now, RECOVERY_BATCH)
+                .await?
+                .into_iter()
+                .filter(|candidate| !seen.contains(&candidate.claim_token))
+                .collect();
+            if candidates.is_empty() {
+                return Ok(report);
+            }
+            seen.extend(candidates.iter().map(|candidate| candidate.claim_token.clone()));
+            if let Some(hook) = hook {
+                hook(candidates.clone()).await;
+            }
+            let stamp = self.stamp(context);
+            let batch = self
+                .store
+                .write(move |tx: &mut S::Tx| {
+                    Box::pin(async move {
+                        let mut rows = WorkingSet::default();
+                        let mut batch = RecoveryReport::default();
+                        let mut appends = Vec::new();
+                        for candidate in candidates {
+                            let state = load_state(tx, &mut rows, candidate.operation_id).await?;
+                            let Some(state) = state
+                                .filter(|state| state.claim_token.as_deref() == Some(candidate.claim_token.as_str()))
+                            else {
+                                batch.skipped += 1;
+                                continue;
+                            };
+                            let lease = tx.lease(&candidate.claim_token).await?;
+                            let ends = match (&lease, state.lease_expires_at) {
+                                (Some(lease), Some(granted)) => lease.lease_expires_at.max(granted),
+                                (None, Some(granted)) => granted,
+                                (Some(lease), None) => lease.lease_expires_at,
+                                (None, None) => now,
+                            };
+                            if ends >= now {
+                                batch.skipped += 1;
+                                continue;
+                            }
+                            let policy = task_kind(&state.task_kind)?.policy;
+                            let events = work::decide_interrupt(&state, &policy, ends)?;
+                            batch.interrupted += 1;
+                            match events.last() {
+                                Some(Event::OperationRequeued(_)) => batch.requeued += 1,
+                                Some(Event::OperationCancelled(_)) => batch.cancelled += 1,
+                                _ => batch.failed += 1,
+                            }
+                            tx.delete_lease(&candidate.claim_token).await?;
+                            let events = events.into_iter().map(|event| stamp.event(event)).collect();
+                            appends.push(single_append(&state, events));
+                        }
+                        if !appends.is_empty() {
+                            commit_appends(tx, &mut rows, appends).await?;
+                        }
+                        Ok::<_, EngineError>(batch)
+                    })
+                })
+                .await?;
+            report.interrupted += batch.interrupted;
+            report.requeued += batch.requeued;
+            report.cancelled += batch.cancelled;
+            report.failed += batch.failed;
+            report.skipped += batch.skipped;
+        }
+    }
+
+    /// The processing state of `kind` on `target`, with its claim's
+    /// liveness, from a read connection.
+    pub async fn task_state(&self, target: TaskTarget, kind: &str) -> Result<Option<TaskView>, EngineError> {
+        let kind = task_kind(kind)?;
+        if kind.target != target.target_type() {
+            return Err(EngineError::invalid(format!(
+                "task kind {} runs on {} targets, not on a {}",
+                kind.name,
+                kind.target,
+                target.target_type()
+            )));
+        }
+        let target_column = match target {
+            TaskTarget::Media(_) => "media_id",
+            TaskTarget::Region(_) => "region_id",
+        };
+        let found = self
+            .store
+            .find_rows(
+                state_table(kind.target),
+                &[
+                    (target_column, opledger_domain::projections::Cell::Uuid(target.id())),
+                    (
+                        "task_kind",
+                        opledger_domain::projections::Cell::Text(kind.name.to_string()),
+                    ),
+                ],
+                1,
+            )
+            .await?;
+        let Some(Row::ProcessingState(state)) = found.into_iter().next() else {
+            return Ok(None);
+        };
+        self.view(state).await.map(Some)
+    }
+
+    /// The processing state of a task operation, from a read connection.
+    pub async fn task_by_operation(&self, operation_id: OperationId) -> Result<Option<TaskView>, EngineError> {
+        for target_type in [TargetType::Media, TargetType::Region] {
+            let key = state_key(target_type, operation_id);
+            let found = self
+                .store
+                .load_rows(state_table(target_type), std::slice::from_ref(&key.key))
+                .await?;
+            if let Some(Row::ProcessingState(state)) = found.into_iter().next() {
+                return self.view(state).await.map(Some);
+            }
+        }
+        Ok(None)
+    }
+
+    async fn view(&self, state: ProcessingStateRow) -> Result<TaskView, EngineError> {
+        let lease = match &state.claim_token {
+            Some(token) => self.store.lease(token).await?,
+            None => None,
+        };
+        Ok(TaskView { state, lease })
+    }
+}
+
+/// Loads the target of a request and what it contributes to the inputs:
+/// the media item's digest; for a region also its box and revision.
+async fn target_values<T: WriteTx>(
+    tx: &mut T,
+    rows: &mut WorkingSet,
+    target: TaskTarget,
+) -> Result<(MediaId, Option<RegionId>, Map<String, Value>), EngineError> {
+    let mut values = Map::new();
+    let (media_id, region_id) = match target {
+        TaskTarget::Media(media_id) => (media_id, None),
+        TaskTarget::Region(region_id) => {
+            let key = region_key(region_id);
+            let loaded = tx.load_rows(&REGIONS_TABLE, std::slice::from_ref(&key.key)).await?;
+            let Some(Row::Region(region)) = loaded.into_iter().next() else {
+                return Err(EngineError::not_found("region", region_id));
+            };
+            let RegionRow {
+                media_id,
+                x,
+                y,
+                width,
+                height,
+                region_revision,
+                ..
+            } = region.clone();
+            values.insert(
+                "bbox".to_string(),
+                serde_json::json!({"x": x, "y": y, "width": width, "height": height}),
+            );
+            values.insert("region_revision".to_string(), Value::from(region_revision));
+            rows.insert_loaded(key, Some(Row::Region(region)));
+            (media_id, Some(region_id))
+        }
+    };
+    let key = media_key(media_id);
+    let loaded = tx.load_rows(&MEDIA_TABLE, std::slice::from_ref(&key.key)).await?;
+    let Some(Row::Media(media)) = loaded.into_iter().next() else {
+        return Err(EngineError::not_found("media", media_id));
+    };
+    let MediaRow { content_digest, .. } = media.clone();
+    if let Some(digest) = content_digest {
+        values.insert("content_digest".to_string(), Value::String(digest));
+    }
+    rows.insert_loaded(key, Some(Row::Media(media)));
+    Ok((media_id, region_id, values))
+}

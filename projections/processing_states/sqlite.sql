@@ -1,0 +1,97 @@
+-- processing_states, version 1 (SQLite). See media_registry/sqlite.sql for
+-- the t: and r: placeholders. The task_kind CHECKs list exactly the
+-- registry's kinds per target type (crates/domain/src/tasks.rs); a test
+-- keeps them in step. Which kinds run on which target is enforced here.
+CREATE TABLE {{t:media_processing_states}} (
+    operation_id       TEXT    PRIMARY KEY NOT NULL,
+    media_id           TEXT    NOT NULL REFERENCES {{r:media}} (id) ON DELETE CASCADE,
+    task_kind          TEXT    NOT NULL CHECK (task_kind IN ('metadata', 'thumbnail', 'perceptual_hash', 'auto_tagging', 'full_embedding')),
+    status             TEXT    NOT NULL CHECK (status IN (
+        'pending', 'queued', 'leased', 'running', 'retry_waiting', 'succeeded', 'no_result',
+        'missing_confirmed', 'not_applicable', 'blocked', 'failed_retryable', 'failed_terminal',
+        'dead_lettered', 'cancelled', 'interrupted', 'skipped')),
+    priority           INTEGER NOT NULL,
+    requested_revision TEXT    NOT NULL,
+    inputs             TEXT    NOT NULL,
+    claimed_revision   TEXT,
+    completed_revision TEXT,
+    output             TEXT,
+    claim_token        TEXT,
+    worker             TEXT,
+    claimed_at         TEXT,
+    lease_expires_at   TEXT,
+    attempt_count      INTEGER NOT NULL CHECK (attempt_count >= 0),
+    failure_count      INTEGER NOT NULL CHECK (failure_count >= 0 AND failure_count <= attempt_count),
+    interruption_count INTEGER NOT NULL CHECK (interruption_count >= 0 AND interruption_count <= attempt_count),
+    available_at       TEXT    NOT NULL,
+    cancel_requested   INTEGER NOT NULL CHECK (cancel_requested IN (0, 1)),
+    last_error         TEXT,
+    status_reason      TEXT,
+    updated_at         TEXT    NOT NULL,
+    version            INTEGER NOT NULL CHECK (version >= 1),
+    UNIQUE (media_id, task_kind),
+    -- A claimed task has a token, a worker, a claim time, a lease and the
+    -- revision it runs; an unclaimed one has none of them.
+    CHECK ((status IN ('leased', 'running')) = (claim_token IS NOT NULL)),
+    CHECK ((claim_token IS NULL) = (worker IS NULL)),
+    CHECK ((claim_token IS NULL) = (claimed_at IS NULL)),
+    CHECK ((claim_token IS NULL) = (lease_expires_at IS NULL)),
+    CHECK ((claim_token IS NULL) = (claimed_revision IS NULL)),
+    -- Output belongs to a completed revision.
+    CHECK (output IS NULL OR completed_revision IS NOT NULL)
+) WITHOUT ROWID;
+
+-- Claims: the claimable rows only, in claim order, per kind.
+CREATE INDEX {{t:media_processing_states}}_claimable ON {{r:media_processing_states}} (task_kind, priority DESC, available_at, operation_id)
+    WHERE status IN ('queued', 'retry_waiting');
+-- Recovery: held claims by the lease their claim granted.
+CREATE INDEX {{t:media_processing_states}}_claimed ON {{r:media_processing_states}} (lease_expires_at) WHERE claim_token IS NOT NULL;
+-- Dashboards count by status.
+CREATE INDEX {{t:media_processing_states}}_by_status ON {{r:media_processing_states}} (status);
+
+CREATE TABLE {{t:region_processing_states}} (
+    operation_id       TEXT    PRIMARY KEY NOT NULL,
+    region_id          TEXT    NOT NULL REFERENCES {{r:media_regions}} (id) ON DELETE CASCADE,
+    task_kind          TEXT    NOT NULL CHECK (task_kind IN ('crop_embedding')),
+    status             TEXT    NOT NULL CHECK (status IN (
+        'pending', 'queued', 'leased', 'running', 'retry_waiting', 'succeeded', 'no_result',
+        'missing_confirmed', 'not_applicable', 'blocked', 'failed_retryable', 'failed_terminal',
+        'dead_lettered', 'cancelled', 'interrupted', 'skipped')),
+    priority           INTEGER NOT NULL,
+    requested_revision TEXT    NOT NULL,
+    inputs             TEXT    NOT NULL,
+    claimed_revision   TEXT,
+    completed_revision TEXT,
+    output             TEXT,
+    claim_token        TEXT,
+    worker             TEXT,
+    claimed_at         TEXT,
+    lease_expires_at   TEXT,
+    attempt_count      INTEGER NOT NULL CHECK (attempt_count >= 0),
+    failure_count      INTEGER NOT NULL CHECK (failure_count >= 0 AND failure_count <= attempt_count),
+    interruption_count INTEGER NOT NULL CHECK (interruption_count >= 0 AND interruption_count <= attempt_count),
+    available_at       TEXT    NOT NULL,
+    cancel_requested   INTEGER NOT NULL CHECK (cancel_requested IN (0, 1)),
+    last_error         TEXT,
+    status_reason      TEXT,
+    updated_at         TEXT    NOT NULL,
+    version            INTEGER NOT NULL CHECK (version >= 1),
+    UNIQUE (region_id, task_kind),
+    -- A claimed task has a token, a worker, a claim time, a lease and the
+    -- revision it runs; an unclaimed one has none of them.
+    CHECK ((status IN ('leased', 'running')) = (claim_token IS NOT NULL)),
+    CHECK ((claim_token IS NULL) = (worker IS NULL)),
+    CHECK ((claim_token IS NULL) = (claimed_at IS NULL)),
+    CHECK ((claim_token IS NULL) = (lease_expires_at IS NULL)),
+    CHECK ((claim_token IS NULL) = (claimed_revision IS NULL)),
+    -- Output belongs to a completed revision.
+    CHECK (output IS NULL OR completed_revision IS NOT NULL)
+) WITHOUT ROWID;
+
+-- Claims: the claimable rows only, in claim order, per kind.
+CREATE INDEX {{t:region_processing_states}}_claimable ON {{r:region_processing_states}} (task_kind, priority DESC, available_at, operation_id)
+    WHERE status IN ('queued', 'retry_waiting');
+-- Recovery: held claims by the lease their claim granted.
+CREATE INDEX {{t:region_processing_states}}_claimed ON {{r:region_processing_states}} (lease_expires_at) WHERE claim_token IS NOT NULL;
+-- Dashboards count by status.
+CREATE INDEX {{t:region_processing_states}}_by_status ON {{r:region_processing_states}} (status);
