@@ -1,6 +1,8 @@
 //! The command line, as clap sees it.
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
+use opledger_domain::{MediaId, OperationId, RegionId};
+use opledger_engine::{MAX_CLAIM_BATCH, MAX_LEASE_MS};
 use std::path::PathBuf;
 
 /// An event-sourced operations ledger for media pipelines.
@@ -35,6 +37,14 @@ pub enum Command {
         #[command(subcommand)]
         command: MediaCommand,
     },
+    /// The work protocol, for shell and foreign-language workers.
+    Task {
+        #[command(subcommand)]
+        command: TaskCommand,
+    },
+    /// One recovery pass: claims whose lease expired are interrupted, then
+    /// requeued, cancelled or failed per their task kind's policy.
+    Recover,
     /// Benchmarks: JSON figures with the raw floor measured in the same run.
     Bench(BenchArgs),
     /// Generated documentation.
@@ -71,6 +81,177 @@ pub enum MediaCommand {
     },
 }
 
+/// The work protocol. A worker claims tasks, heartbeats within its lease,
+/// reports progress, and completes or fails each task with the claim token it
+/// was given; a report whose token no longer holds the task exits 3.
+#[derive(Debug, Subcommand)]
+pub enum TaskCommand {
+    /// Request a task kind on a media item or region at the revision its inputs determine.
+    Request(RequestArgs),
+    /// Claim available tasks (after one recovery pass); prints the claim(s), or a null token.
+    Claim(ClaimArgs),
+    /// Extend a claim's lease; tells whether cancellation was requested.
+    Heartbeat(HeartbeatArgs),
+    /// Report progress of a claimed task.
+    Progress(ProgressArgs),
+    /// Record a claimed task's result.
+    Complete(CompleteArgs),
+    /// Record a claimed task's failure (retried with backoff unless `--terminal`).
+    Fail(FailArgs),
+    /// Cancel a task: at once when unclaimed, else at its worker's next heartbeat.
+    Cancel(CancelArgs),
+    /// The worker stopped and cleaned up after a cancel request: the task is cancelled.
+    AckCancel(TokenArgs),
+    /// A task's processing state.
+    Show(ShowArgs),
+}
+
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("target").required(true).args(["media", "region"])))]
+pub struct RequestArgs {
+    /// The media item to run a media task kind on.
+    #[arg(long, value_name = "ID")]
+    pub media: Option<MediaId>,
+    /// The region to run a region task kind on (e.g. crop_embedding).
+    #[arg(long, value_name = "ID")]
+    pub region: Option<RegionId>,
+    /// The task kind (metadata, thumbnail, perceptual_hash, auto_tagging, full_embedding, crop_embedding).
+    #[arg(long)]
+    pub kind: String,
+    /// The inputs as a JSON object (`-` reads them from stdin); what the target provides is filled in.
+    #[arg(long, value_name = "JSON", default_value = "{}")]
+    pub inputs: String,
+    /// Higher runs first.
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    pub priority: i32,
+}
+
+#[derive(Debug, Args)]
+pub struct ClaimArgs {
+    /// Task kinds to take (repeat, or separate with commas); any kind when absent.
+    #[arg(long = "kind", value_name = "KIND", value_delimiter = ',')]
+    pub kinds: Vec<String>,
+    /// Who claims: recorded on the claim and shown on the timeline.
+    #[arg(long)]
+    pub worker: String,
+    /// How long the claim holds without a heartbeat, in whole seconds.
+    #[arg(long, value_name = "SECONDS", value_parser = lease_seconds, allow_negative_numbers = true)]
+    pub lease: i64,
+    /// How many tasks to take at most; above 1 the answer is `{"claims": [...]}`.
+    #[arg(long, default_value_t = 1, value_parser = claim_limit, allow_negative_numbers = true)]
+    pub limit: usize,
+}
+
+/// The claim a worker reports on.
+#[derive(Debug, Args)]
+pub struct TokenArgs {
+    /// The claim token `task claim` printed.
+    pub token: String,
+    /// The revision the claim runs; when given it must match too.
+    #[arg(long)]
+    pub revision: Option<String>,
+    /// Recorded as the actor of any event this report appends (default `cli`).
+    #[arg(long)]
+    pub worker: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct HeartbeatArgs {
+    #[command(flatten)]
+    pub claim: TokenArgs,
+    /// Extend the lease to this many seconds from now (default: the length the claim took).
+    #[arg(long, value_name = "SECONDS", value_parser = lease_seconds, allow_negative_numbers = true)]
+    pub lease: Option<i64>,
+}
+
+#[derive(Debug, Args)]
+pub struct ProgressArgs {
+    #[command(flatten)]
+    pub claim: TokenArgs,
+    /// What the task is doing, e.g. `aggregating`; a new phase is an event on the timeline.
+    #[arg(long)]
+    pub phase: String,
+    /// Units really done so far.
+    #[arg(long, allow_negative_numbers = true)]
+    pub processed: i64,
+    /// Units in all, when known.
+    #[arg(long, allow_negative_numbers = true)]
+    pub total: Option<i64>,
+}
+
+#[derive(Debug, Args)]
+pub struct CompleteArgs {
+    #[command(flatten)]
+    pub claim: TokenArgs,
+    /// The task's output as JSON (`-` reads it from stdin); null when absent.
+    #[arg(long, value_name = "JSON", conflicts_with = "no_result")]
+    pub output: Option<String>,
+    /// The task ran and found nothing to produce, for this reason.
+    #[arg(long, value_name = "REASON")]
+    pub no_result: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct FailArgs {
+    #[command(flatten)]
+    pub claim: TokenArgs,
+    /// What went wrong.
+    #[arg(long, value_name = "TEXT")]
+    pub error: String,
+    /// Do not retry: the failure is final.
+    #[arg(long)]
+    pub terminal: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct CancelArgs {
+    /// The task's operation id.
+    pub operation_id: OperationId,
+    /// Why, recorded on the timeline.
+    #[arg(long, value_name = "TEXT")]
+    pub reason: Option<String>,
+}
+
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("task").required(true).args(["media", "region", "operation"])))]
+pub struct ShowArgs {
+    /// The media item the task runs on (with `--kind`).
+    #[arg(long, value_name = "ID")]
+    pub media: Option<MediaId>,
+    /// The region the task runs on (with `--kind`).
+    #[arg(long, value_name = "ID")]
+    pub region: Option<RegionId>,
+    /// The task's operation id.
+    #[arg(long, value_name = "ID")]
+    pub operation: Option<OperationId>,
+    /// The task kind, with `--media` or `--region`.
+    #[arg(long, required_unless_present = "operation", conflicts_with = "operation")]
+    pub kind: Option<String>,
+}
+
+/// A lease in whole seconds, 1 up to the engine's longest lease.
+fn lease_seconds(text: &str) -> Result<i64, String> {
+    let max = MAX_LEASE_MS / 1_000;
+    let seconds: i64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("a lease is a whole number of seconds (1 to {max}), not {text:?}"))?;
+    if !(1..=max).contains(&seconds) {
+        return Err(format!(
+            "a lease must be between 1 and {max} seconds ({} days), not {seconds}",
+            max / 86_400
+        ));
+    }
+    Ok(seconds)
+}
+
+fn claim_limit(text: &str) -> Result<usize, String> {
+    match text.trim().parse::<i64>() {
+        Ok(limit) if (1..=MAX_CLAIM_BATCH as i64).contains(&limit) => Ok(limit as usize),
+        _ => Err(format!("a claim takes 1 to {MAX_CLAIM_BATCH} tasks, not {text:?}")),
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct BenchArgs {
     /// Which workload to run.
@@ -87,6 +268,15 @@ pub struct BenchArgs {
     /// Rounds of each measurement; figures are medians (ours and the floor alternate).
     #[arg(long, default_value_t = 3)]
     pub rounds: usize,
+    /// Tasks the lifecycle workload runs (half metadata, half thumbnail).
+    #[arg(long, default_value_t = 10_000)]
+    pub tasks: u64,
+    /// Worker counts the lifecycle workload measures, one run each (e.g. `1,4`).
+    #[arg(long, value_delimiter = ',', default_value = "1,4,16")]
+    pub workers: Vec<usize>,
+    /// Tasks each lifecycle worker claims per call.
+    #[arg(long, default_value_t = 32)]
+    pub claim_batch: usize,
     /// Folder for the benchmark databases (a temporary folder when absent).
     #[arg(long)]
     pub dir: Option<PathBuf>,
@@ -98,6 +288,8 @@ pub enum Workload {
     Append,
     /// Rebuilding every projection from the log.
     Replay,
+    /// Tasks through request, claim and complete with every projection updated, N workers.
+    Lifecycle,
 }
 
 #[derive(Debug, Subcommand)]

@@ -13,6 +13,7 @@
 mod bench;
 mod cli;
 mod output;
+mod task;
 
 use anyhow::Context;
 use clap::Parser;
@@ -31,7 +32,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// An error that already knows its exit code (bad usage found after parsing).
 #[derive(Debug)]
-struct UsageError(String);
+pub(crate) struct UsageError(pub(crate) String);
 
 impl std::fmt::Display for UsageError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -169,6 +170,8 @@ async fn dispatch<S: Store>(store: S, cli: &Cli) -> anyhow::Result<Outcome> {
                 .await?;
             output::media_added(media_id, cli.json);
         }
+        Command::Task { command } => task::run(&engine, command, cli.json).await?,
+        Command::Recover => task::recover(&engine, cli.json).await?,
         Command::Bench(_) | Command::Docs { .. } => unreachable!("handled before opening a database"),
     }
     Ok(Outcome::Ok)

@@ -315,7 +315,7 @@ fn timeline_json_lists_the_operations_events_in_order_with_actor_and_cause() {
             .create_operation(
                 &CommandContext::actor("scheduler"),
                 NewOperation {
-                    kind: "thumbnail".into(),
+                    kind: "export".into(),
                     target: OperationTarget {
                         media_id: Some(media_id),
                         region_id: None,

@@ -215,7 +215,7 @@ async fn run_lifecycles(engine: Engine<SqliteStore>) {
             .create_operation(
                 &context,
                 NewOperation {
-                    kind: "thumbnail".into(),
+                    kind: "export".into(),
                     target: OperationTarget {
                         media_id: Some(media_id),
                         region_id: None,

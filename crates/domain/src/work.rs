@@ -146,15 +146,18 @@ pub fn decide_complete(
             Completion::NoResult { .. } => ("no_result", Value::Null),
         };
         transitions::transition(row.status, Cause::Supersede)?;
-        return Ok(vec![Event::OperationSuperseded(OperationSuperseded {
-            operation_id,
-            claim_token: fence.claim_token.clone(),
-            claimed_revision: row.claimed_revision.clone().unwrap_or_default(),
-            requested_revision: row.requested_revision.clone(),
-            outcome: outcome.to_string(),
-            output,
-            error: None,
-        })]);
+        return Ok(finish_cancel(
+            row,
+            vec![Event::OperationSuperseded(OperationSuperseded {
+                operation_id,
+                claim_token: fence.claim_token.clone(),
+                claimed_revision: row.claimed_revision.clone().unwrap_or_default(),
+                requested_revision: row.requested_revision.clone(),
+                outcome: outcome.to_string(),
+                output,
+                error: None,
+            })],
+        ));
     }
     Ok(vec![match completion {
         Completion::Output(output) => {
@@ -192,15 +195,18 @@ pub fn decide_fail(
     let operation_id = row.operation_id;
     if superseded(row) {
         transitions::transition(row.status, Cause::Supersede)?;
-        return Ok(vec![Event::OperationSuperseded(OperationSuperseded {
-            operation_id,
-            claim_token: fence.claim_token.clone(),
-            claimed_revision: row.claimed_revision.clone().unwrap_or_default(),
-            requested_revision: row.requested_revision.clone(),
-            outcome: "failed".to_string(),
-            output: Value::Null,
-            error: Some(error.to_string()),
-        })]);
+        return Ok(finish_cancel(
+            row,
+            vec![Event::OperationSuperseded(OperationSuperseded {
+                operation_id,
+                claim_token: fence.claim_token.clone(),
+                claimed_revision: row.claimed_revision.clone().unwrap_or_default(),
+                requested_revision: row.requested_revision.clone(),
+                outcome: "failed".to_string(),
+                output: Value::Null,
+                error: Some(error.to_string()),
+            })],
+        ));
     }
     let failures = u32::try_from(row.failure_count + 1).unwrap_or(u32::MAX);
     let failed = |retryable: bool, error: String| {
@@ -231,6 +237,10 @@ pub fn decide_fail(
                 }),
             ],
         });
+    }
+    if row.cancel_requested {
+        // The worker stopped: no retry is scheduled for a cancelled task.
+        return Ok(finish_cancel(row, vec![failed(true, error.to_string())]));
     }
     let backoff_ms = policy.backoff_ms(failures);
     let jitter_ms = policy.max_jitter_ms(backoff_ms) * i64::from(jitter_draw.min(1_000)) / 1_000;
@@ -278,6 +288,20 @@ pub fn decide_cancel(row: &ProcessingStateRow, reason: &str) -> Result<Vec<Event
     })])
 }
 
+/// A claim that ends without a final outcome (a retryable failure, or a
+/// superseded revision) while a cancel is pending finishes the cancel, as
+/// recovery does for a dead worker: otherwise the task would wait in the
+/// queue with `cancel_requested` set, where no claim may take it.
+fn finish_cancel(row: &ProcessingStateRow, mut events: Vec<Event>) -> Vec<Event> {
+    if row.cancel_requested {
+        events.push(Event::OperationCancelled(OperationReason {
+            operation_id: row.operation_id,
+            reason: "cancelled: the worker stopped without acknowledging the cancel request".to_string(),
+        }));
+    }
+    events
+}
+
 /// The worker stopped after a cancel request and removed its temporary
 /// outputs.
 pub fn decide_acknowledge_cancel(row: &ProcessingStateRow, fence: &Fence) -> Result<Event, DomainError> {
@@ -306,7 +330,9 @@ pub fn decide_interrupt(
 ) -> Result<Vec<Event>, DomainError> {
     let operation_id = row.operation_id;
     transitions::transition(row.status, Cause::Interrupt)?;
-    let interruptions = row.interruption_count + 1;
+    // The fold counts the interruption only against the revision the claim
+    // ran; a superseded claim's does not count against the requested one.
+    let interruptions = row.interruption_count + i64::from(!superseded(row));
     let interrupted = Event::OperationInterrupted(OperationInterrupted {
         operation_id,
         claim_token: row.claim_token.clone(),

@@ -18,7 +18,7 @@ const OPERATIONS_PER_MEDIA: u64 = 4;
 pub const EVENTS_PER_OPERATION: u64 = 5;
 
 /// A deterministic stream of realistic events: media registrations, each
-/// followed by a few thumbnail operations living their whole lifecycle.
+/// followed by a few export operations living their whole lifecycle.
 /// Ids are derived from a counter, so two runs produce identical logs.
 pub struct LifecycleWorkload {
     next_item: u64,
@@ -77,7 +77,7 @@ impl LifecycleWorkload {
         let events = vec![
             Event::OperationCreated(OperationCreated {
                 operation_id,
-                kind: "thumbnail".into(),
+                kind: "export".into(),
                 target: OperationTarget {
                     media_id: Some(media_id),
                     region_id: None,
@@ -174,4 +174,185 @@ impl LifecycleWorkload {
         }
         singles
     }
+}
+
+/// What one run of the task lifecycle workload measured.
+#[derive(Debug, Clone)]
+pub struct TaskLifecycleRun {
+    pub tasks: u64,
+    pub workers: usize,
+    pub claim_batch: usize,
+    /// From the first request to the last completion.
+    pub elapsed: std::time::Duration,
+    /// Events the run appended (requests, claims, completions).
+    pub events: u64,
+    /// Every claim call's latency, sorted, in microseconds.
+    pub claim_latencies_us: Vec<u64>,
+}
+
+impl TaskLifecycleRun {
+    /// The `fraction` quantile (0.5 = median) of claim latency, in µs.
+    pub fn claim_latency_us(&self, fraction: f64) -> u64 {
+        if self.claim_latencies_us.is_empty() {
+            return 0;
+        }
+        let index = ((self.claim_latencies_us.len() - 1) as f64 * fraction).round() as usize;
+        self.claim_latencies_us[index]
+    }
+}
+
+/// Registers `media` items (half the tasks: each gets `metadata` and
+/// `thumbnail`), outside the measured part.
+pub async fn register_lifecycle_media<S: opledger_store::Store>(
+    engine: &crate::Engine<S>,
+    media: u64,
+) -> Result<Vec<MediaId>, crate::EngineError> {
+    use futures::StreamExt;
+    let context = crate::CommandContext::actor("bench");
+    let registered: Vec<Result<MediaId, crate::EngineError>> = futures::stream::iter(0..media)
+        .map(|item| {
+            let (engine, context) = (engine.clone(), context.clone());
+            async move {
+                engine
+                    .register_media(
+                        &context,
+                        &format!("/bench/{item:08}.jpg"),
+                        "image",
+                        Some(format!("sha256:{item:064x}")),
+                        Some(100_000 + item as i64),
+                    )
+                    .await
+            }
+        })
+        .buffer_unordered(32)
+        .collect()
+        .await;
+    registered.into_iter().collect()
+}
+
+/// The task lifecycle (SPEC §8 `lifecycle`): every task is requested,
+/// claimed in batches by `workers` concurrent workers and completed, all
+/// through the public commands with every projection updated inline. The
+/// requester runs alongside the workers, as in a live pipeline.
+pub async fn run_task_lifecycle<S: opledger_store::Store>(
+    engine: &crate::Engine<S>,
+    media: &[MediaId],
+    workers: usize,
+    claim_batch: usize,
+) -> Result<TaskLifecycleRun, crate::EngineError> {
+    use futures::StreamExt;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    let tasks = media.len() as u64 * 2;
+    let head_before = engine.store().head().await?;
+    let completed = Arc::new(AtomicU64::new(0));
+    let started = std::time::Instant::now();
+
+    let requester = {
+        let (engine, media) = (engine.clone(), media.to_vec());
+        tokio::spawn(async move {
+            let context = crate::CommandContext::actor("bench-requester");
+            let requests = media.into_iter().flat_map(|media_id| {
+                [
+                    crate::TaskRequest {
+                        target: crate::TaskTarget::Media(media_id),
+                        kind: "metadata".to_string(),
+                        inputs: json!({}),
+                        priority: 0,
+                    },
+                    crate::TaskRequest {
+                        target: crate::TaskTarget::Media(media_id),
+                        kind: "thumbnail".to_string(),
+                        inputs: json!({"max_side": 256, "format": "webp"}),
+                        priority: 0,
+                    },
+                ]
+            });
+            let results: Vec<Result<crate::RequestOutcome, crate::EngineError>> = futures::stream::iter(requests)
+                .map(|request| {
+                    let (engine, context) = (engine.clone(), context.clone());
+                    async move { engine.request_task(&context, request).await }
+                })
+                .buffer_unordered(16)
+                .collect()
+                .await;
+            for result in results {
+                result?;
+            }
+            Ok::<_, crate::EngineError>(())
+        })
+    };
+
+    let mut handles = Vec::new();
+    for worker in 0..workers {
+        let (engine, completed) = (engine.clone(), completed.clone());
+        handles.push(tokio::spawn(async move {
+            let name = format!("bench-worker-{worker}");
+            let context = crate::CommandContext::actor(name.clone());
+            let mut latencies = Vec::new();
+            while completed.load(Ordering::SeqCst) < tasks {
+                let asked = std::time::Instant::now();
+                let claims = engine
+                    .claim_tasks(
+                        &context,
+                        crate::ClaimRequest {
+                            kinds: Vec::new(),
+                            worker: name.clone(),
+                            lease_ms: 60_000,
+                            limit: claim_batch,
+                        },
+                    )
+                    .await?;
+                latencies.push(asked.elapsed().as_micros() as u64);
+                if claims.is_empty() {
+                    tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+                    continue;
+                }
+                // The claimed tasks run concurrently, as a worker's slots
+                // would; each completion is its own command.
+                let outcomes: Vec<Result<crate::TaskOutcome, crate::EngineError>> = futures::stream::iter(claims)
+                    .map(|claim| {
+                        let (engine, context) = (engine.clone(), context.clone());
+                        async move {
+                            engine
+                                .complete_task(
+                                    &context,
+                                    &claim.fence(),
+                                    crate::Completion::Output(json!({"bytes": 1024, "worker": claim.attempt})),
+                                )
+                                .await
+                        }
+                    })
+                    .buffer_unordered(claim_batch)
+                    .collect()
+                    .await;
+                for outcome in outcomes {
+                    outcome?;
+                    completed.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+            Ok::<_, crate::EngineError>(latencies)
+        }));
+    }
+    requester
+        .await
+        .map_err(|error| opledger_store::StoreError::unavailable(format!("requester task: {error}")))??;
+    let mut claim_latencies_us = Vec::new();
+    for handle in handles {
+        let latencies = handle
+            .await
+            .map_err(|error| opledger_store::StoreError::unavailable(format!("worker task: {error}")))??;
+        claim_latencies_us.extend(latencies);
+    }
+    let elapsed = started.elapsed();
+    claim_latencies_us.sort_unstable();
+    let events = (engine.store().head().await? - head_before) as u64;
+    Ok(TaskLifecycleRun {
+        tasks,
+        workers,
+        claim_batch,
+        elapsed,
+        events,
+        claim_latencies_us,
+    })
 }

@@ -22,7 +22,7 @@ use opledger_domain::revision::compute_revision;
 use opledger_domain::tasks::{task_kind, TargetType, CLAIMABLE_STATUSES};
 use opledger_domain::work::{self, Completion, Fence};
 use opledger_domain::{MediaId, NewEvent, OperationId, OperationStatus, RegionId, StreamId, Timestamp};
-use opledger_store::{ClaimQuery, ExpectedVersion, ExpiredClaim, Lease, Store, StreamAppend, WriteTx};
+use opledger_store::{ClaimQuery, ExpectedVersion, ExpiredClaim, Lease, RowTarget, Store, StreamAppend, WriteTx};
 use serde_json::{Map, Value};
 use std::future::Future;
 use std::pin::Pin;
@@ -97,6 +97,7 @@ pub struct ClaimRequest {
 pub struct TaskClaim {
     pub claim_token: String,
     pub operation_id: OperationId,
+    /// The media item: the target, or the item a target region is on.
     pub media_id: Option<MediaId>,
     pub region_id: Option<RegionId>,
     pub task_kind: String,
@@ -432,6 +433,12 @@ impl<S: Store> Engine<S> {
                         let Row::ProcessingState(state) = candidate else {
                             continue;
                         };
+                        // Defence in depth: a row the store offered but the
+                        // domain would refuse is passed over, never allowed to
+                        // fail the whole batch.
+                        if !work::is_claimable(&state, now) {
+                            continue;
+                        }
                         let claim_token = ids.next().to_string();
                         let event = work::decide_claim(
                             &state,
@@ -481,6 +488,24 @@ impl<S: Store> Engine<S> {
                         );
                         rows.insert_loaded(key, Some(Row::ProcessingState(state)));
                         rows.insert_loaded(other, None);
+                    }
+                    // A region task's worker needs the item the region is on.
+                    let region_keys: Vec<String> = claims
+                        .iter()
+                        .filter_map(|claim| claim.region_id.map(|region_id| region_id.to_string()))
+                        .collect();
+                    if !region_keys.is_empty() {
+                        let regions = tx.load_rows(&REGIONS_TABLE, &region_keys).await?;
+                        for row in regions {
+                            if let Row::Region(region) = row {
+                                for claim in claims
+                                    .iter_mut()
+                                    .filter(|claim| claim.region_id == Some(region.region_id))
+                                {
+                                    claim.media_id = Some(region.media_id);
+                                }
+                            }
+                        }
                     }
                     if !appends.is_empty() {
                         commit_appends(tx, &mut rows, appends).await?;

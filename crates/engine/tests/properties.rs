@@ -114,8 +114,8 @@ enum TokenPick {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum OpKind {
-    Thumbnail,
-    Metadata,
+    Transcode,
+    Export,
     IngestionFile,
     /// A blank kind, refused as invalid input.
     Blank,
@@ -124,8 +124,8 @@ enum OpKind {
 impl OpKind {
     fn as_str(self) -> &'static str {
         match self {
-            OpKind::Thumbnail => "thumbnail",
-            OpKind::Metadata => "metadata",
+            OpKind::Transcode => "transcode",
+            OpKind::Export => "export",
             OpKind::IngestionFile => INGESTION_FILE,
             OpKind::Blank => " ",
         }
@@ -398,8 +398,8 @@ fn command() -> BoxedStrategy<Command> {
         height,
     });
     let kind = prop_oneof![
-        4 => Just(OpKind::Thumbnail),
-        4 => Just(OpKind::Metadata),
+        4 => Just(OpKind::Transcode),
+        4 => Just(OpKind::Export),
         5 => Just(OpKind::IngestionFile),
         1 => Just(OpKind::Blank),
     ];
@@ -1560,7 +1560,7 @@ fn refused_transition_names_from_to_and_cause_and_appends_nothing() {
             .create_operation(
                 &world.context,
                 NewOperation {
-                    kind: "thumbnail".into(),
+                    kind: "export".into(),
                     target: OperationTarget::default(),
                     revision: None,
                     inputs: json!({}),
@@ -1646,7 +1646,7 @@ fn operation_inputs_with_floats_replay_identically() {
             .create_operation(
                 &world.context,
                 NewOperation {
-                    kind: "metadata".into(),
+                    kind: "export".into(),
                     target: OperationTarget::default(),
                     revision: None,
                     inputs: inputs.clone(),

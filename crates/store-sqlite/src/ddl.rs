@@ -119,3 +119,38 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod task_kind_checks {
+    use super::*;
+    use opledger_domain::projections::PROCESSING_STATES;
+    use opledger_domain::tasks::{kinds_for, TargetType};
+
+    /// The kinds a processing-state table's CHECK allows, as listed in the DDL.
+    fn checked_kinds(sql: &str, table: &str) -> Vec<String> {
+        let start = sql
+            .find(&format!("CREATE TABLE {table}"))
+            .unwrap_or_else(|| panic!("{table} not in the DDL"));
+        let rest = &sql[start..];
+        let list_start = rest.find("task_kind IN (").expect("a task_kind CHECK") + "task_kind IN (".len();
+        let list_end = list_start + rest[list_start..].find(')').expect("the CHECK list ends");
+        rest[list_start..list_end]
+            .split(',')
+            .map(|kind| kind.trim().trim_matches('\'').to_string())
+            .collect()
+    }
+
+    #[test]
+    fn processing_state_checks_list_exactly_the_registrys_kinds_per_target_type() {
+        let sql = render(&PROCESSING_STATES, Copy::Live);
+        assert_eq!(
+            checked_kinds(&sql, "media_processing_states"),
+            kinds_for(TargetType::Media),
+            "update projections/processing_states/sqlite.sql (and bump the projection version) with the registry"
+        );
+        assert_eq!(
+            checked_kinds(&sql, "region_processing_states"),
+            kinds_for(TargetType::Region)
+        );
+    }
+}

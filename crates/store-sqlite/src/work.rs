@@ -54,7 +54,7 @@ pub async fn claimable(
             found.push(Row::from_cells(table, cells).map_err(|error| StoreError::corrupt(error.to_string()))?);
         }
     }
-    found.sort_by(|left, right| claim_order(left).cmp(&claim_order(right)));
+    found.sort_by_key(claim_order);
     found.truncate(query.limit);
     Ok(found)
 }

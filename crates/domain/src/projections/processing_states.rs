@@ -384,9 +384,17 @@ impl Projector for ProcessingStates {
             }
             Event::OperationSuperseded(superseded) => {
                 check_token(&current, Some(&superseded.claim_token)).map_err(fail)?;
-                if superseded.outcome != "failed" {
-                    next.completed_revision = Some(superseded.claimed_revision.clone());
-                    next.output = Some(superseded.output.to_string());
+                match superseded.outcome.as_str() {
+                    "succeeded" => {
+                        next.completed_revision = Some(superseded.claimed_revision.clone());
+                        next.output = Some(superseded.output.to_string());
+                    }
+                    // Like a plain no-result: completed, with no output.
+                    "no_result" => {
+                        next.completed_revision = Some(superseded.claimed_revision.clone());
+                        next.output = None;
+                    }
+                    _ => {}
                 }
                 next.available_at = event.recorded_at;
                 next.status_reason = Some(format!(
@@ -410,7 +418,12 @@ impl Projector for ProcessingStates {
                 next.available_at = retry.available_at;
             }
             Event::OperationInterrupted(interrupted) => {
-                next.interruption_count += 1;
+                // Counted against the revision the claim ran: a claim of a
+                // revision superseded meanwhile was no attempt at the requested
+                // one (whose counters the request reset).
+                if current.claimed_revision.as_deref() == Some(current.requested_revision.as_str()) {
+                    next.interruption_count += 1;
+                }
                 next.status_reason = Some(interrupted.reason.clone());
                 next.clear_claim();
             }
@@ -450,6 +463,10 @@ impl Projector for ProcessingStates {
             | Event::MediaRemoved(_)
             | Event::RegionAdded(_)
             | Event::RegionRemoved(_) => {}
+        }
+        // A settled task has no cancel pending: whatever was asked is over.
+        if next.status.is_terminal() {
+            next.cancel_requested = false;
         }
         next.updated_at = event.recorded_at;
         next.version = event.stream_version;

@@ -1,0 +1,51 @@
+//! The engine as a job sees it: the two fenced liveness calls a running task
+//! may make (heartbeat, progress), behind an object-safe trait so that
+//! [`crate::Job`] and [`crate::Task`] are not generic over the store.
+
+use futures::future::BoxFuture;
+use opledger_domain::DomainError;
+use opledger_engine::{CommandContext, Engine, EngineError, Fence, HeartbeatOutcome, Progress};
+use opledger_store::{ErrorKind, Store};
+
+pub(crate) trait Backend: Send + Sync + 'static {
+    /// A fenced heartbeat that extends the lease to `now + lease_ms`.
+    fn heartbeat<'a>(&'a self, fence: &'a Fence, lease_ms: i64)
+        -> BoxFuture<'a, Result<HeartbeatOutcome, EngineError>>;
+
+    fn progress<'a>(
+        &'a self,
+        context: &'a CommandContext,
+        fence: &'a Fence,
+        progress: Progress,
+    ) -> BoxFuture<'a, Result<(), EngineError>>;
+}
+
+impl<S: Store> Backend for Engine<S> {
+    fn heartbeat<'a>(
+        &'a self,
+        fence: &'a Fence,
+        lease_ms: i64,
+    ) -> BoxFuture<'a, Result<HeartbeatOutcome, EngineError>> {
+        Box::pin(Engine::heartbeat(self, fence, Some(lease_ms)))
+    }
+
+    fn progress<'a>(
+        &'a self,
+        context: &'a CommandContext,
+        fence: &'a Fence,
+        progress: Progress,
+    ) -> BoxFuture<'a, Result<(), EngineError>> {
+        Box::pin(self.report_progress(context, fence, progress))
+    }
+}
+
+/// The fence refused the report: the claim no longer holds the task
+/// (recovery interrupted it, it finished, or another claim has it).
+pub(crate) fn is_claim_lost(error: &EngineError) -> bool {
+    matches!(error, EngineError::Domain(DomainError::Conflict(_)))
+}
+
+/// Storage trouble that may pass: worth trying again later.
+pub(crate) fn is_transient(error: &EngineError) -> bool {
+    error.is_store(ErrorKind::Unavailable) || error.is_store(ErrorKind::Conflict)
+}

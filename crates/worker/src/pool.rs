@@ -1,0 +1,792 @@
+//! The pool: claims work for its free slots, runs each claim as a job with
+//! its own heartbeat, reports the outcome, and runs recovery at start and
+//! periodically.
+
+use crate::backend::{is_claim_lost, is_transient, Backend};
+use crate::job::{trip, Job, StopReason, PROGRESS_INTERVAL};
+use crate::task::{DynTask, Outcome, Task, TaskError};
+use futures::FutureExt;
+use opledger_domain::OperationStatus;
+use opledger_engine::{
+    ClaimRequest, CommandContext, Engine, EngineError, Fence, RecoveryReport, TaskClaim, MAX_CLAIM_BATCH, MAX_LEASE_MS,
+};
+use opledger_store::Store;
+use std::any::Any;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+use thiserror::Error;
+use tokio::sync::{oneshot, watch};
+use tokio::task::JoinSet;
+use tracing::Instrument;
+
+/// Why a pool could not be built or had to stop.
+#[derive(Debug, Error)]
+pub enum PoolError {
+    /// The builder's settings cannot work.
+    #[error("invalid worker pool: {0}")]
+    Config(String),
+    /// The engine refused (not transiently): recovery at start, or a claim.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+}
+
+/// What a pool did in one run.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PoolReport {
+    /// Tasks claimed.
+    pub claimed: u64,
+    /// Task runs started (a claim whose kind had no task is not one).
+    pub executed: u64,
+    /// Completions recorded (with an output or no result).
+    pub completed: u64,
+    /// Failures recorded, retryable and terminal, panics included.
+    pub failed: u64,
+    /// Of `failed`: reported as terminal.
+    pub failed_terminal: u64,
+    /// Of `failed`: the task panicked.
+    pub panicked: u64,
+    /// Cancels acknowledged after the job's temporary outputs were removed.
+    pub cancelled: u64,
+    /// Claims found lost (recovery took the task): nothing was reported.
+    pub lost: u64,
+    /// Outcomes that could not be recorded (storage trouble); recovery
+    /// requeues those tasks once their lease expires.
+    pub unreported: u64,
+    /// Progress reports sent (after throttling).
+    pub progress_reports: u64,
+    /// What the pool's recovery passes did, summed.
+    pub recovery: RecoveryReport,
+}
+
+impl PoolReport {
+    fn add_recovery(&mut self, pass: &RecoveryReport) {
+        let total = &mut self.recovery;
+        total.interrupted += pass.interrupted;
+        total.requeued += pass.requeued;
+        total.cancelled += pass.cancelled;
+        total.failed += pass.failed;
+        total.skipped += pass.skipped;
+    }
+
+    fn add_job(&mut self, end: &JobEnd, progress_reports: u64) {
+        self.executed += u64::from(end.executed);
+        self.progress_reports += progress_reports;
+        match end.kind {
+            EndKind::Completed => self.completed += 1,
+            EndKind::Failed { terminal, panicked } => {
+                self.failed += 1;
+                self.failed_terminal += u64::from(terminal);
+                self.panicked += u64::from(panicked);
+            }
+            EndKind::Cancelled => self.cancelled += 1,
+            EndKind::Lost => self.lost += 1,
+            EndKind::Unreported => self.unreported += 1,
+        }
+    }
+}
+
+/// The pool's settings, shared by its jobs.
+struct Settings {
+    name: String,
+    workers: usize,
+    lease_ms: i64,
+    batch: usize,
+    idle_poll: Duration,
+    heartbeat_interval: Duration,
+    recovery_interval: Duration,
+    stop_grace: Duration,
+    progress_interval: Duration,
+}
+
+/// Builds a [`WorkerPool`]; see [`WorkerPool::builder`] for the defaults.
+pub struct WorkerPoolBuilder<S: Store> {
+    engine: Engine<S>,
+    name: String,
+    tasks: Vec<Arc<dyn DynTask>>,
+    workers: usize,
+    lease: Duration,
+    batch: Option<usize>,
+    idle_poll: Duration,
+    heartbeat_interval: Option<Duration>,
+    recovery_interval: Duration,
+    stop_grace: Duration,
+    progress_interval: Duration,
+}
+
+impl<S: Store> WorkerPoolBuilder<S> {
+    /// Registers the implementation of one task kind.
+    pub fn task<T: Task>(mut self, task: T) -> Self {
+        self.tasks.push(Arc::new(task));
+        self
+    }
+
+    /// Concurrent jobs (default 4).
+    pub fn workers(mut self, workers: usize) -> Self {
+        self.workers = workers;
+        self
+    }
+
+    /// The lease each claim takes and each heartbeat extends to (default 60 s).
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// The most tasks one claim call takes (default: the number of workers).
+    pub fn batch(mut self, batch: usize) -> Self {
+        self.batch = Some(batch);
+        self
+    }
+
+    /// How long to wait before claiming again after finding no work (default 1 s).
+    pub fn idle_poll(mut self, idle_poll: Duration) -> Self {
+        self.idle_poll = idle_poll;
+        self
+    }
+
+    /// How often a running job heartbeats (default: a third of the lease).
+    pub fn heartbeat_interval(mut self, interval: Duration) -> Self {
+        self.heartbeat_interval = Some(interval);
+        self
+    }
+
+    /// How often recovery runs after the pass at start (default 30 s).
+    pub fn recovery_interval(mut self, interval: Duration) -> Self {
+        self.recovery_interval = interval;
+        self
+    }
+
+    /// How long a task may keep running after it was told to stop before
+    /// its future is dropped (default 10 s).
+    pub fn stop_grace(mut self, grace: Duration) -> Self {
+        self.stop_grace = grace;
+        self
+    }
+
+    /// The progress throttle (default [`PROGRESS_INTERVAL`], 250 ms).
+    pub fn progress_interval(mut self, interval: Duration) -> Self {
+        self.progress_interval = interval;
+        self
+    }
+
+    /// Checks the settings and builds the pool.
+    pub fn build(self) -> Result<WorkerPool<S>, PoolError> {
+        let invalid = |message: String| Err(PoolError::Config(message));
+        if self.name.trim().is_empty() {
+            return invalid("a pool needs a worker name".into());
+        }
+        if self.workers == 0 {
+            return invalid("a pool needs at least one worker".into());
+        }
+        let batch = self.batch.unwrap_or(self.workers.min(MAX_CLAIM_BATCH));
+        if batch == 0 || batch > MAX_CLAIM_BATCH {
+            return invalid(format!("a claim batch takes 1 to {MAX_CLAIM_BATCH} tasks, not {batch}"));
+        }
+        let lease_ms = i64::try_from(self.lease.as_millis()).unwrap_or(i64::MAX);
+        if lease_ms <= 0 || lease_ms > MAX_LEASE_MS {
+            return invalid(format!(
+                "a lease must be between 1 ms and {} days, not {:?}",
+                MAX_LEASE_MS / 86_400_000,
+                self.lease
+            ));
+        }
+        let heartbeat_interval = self.heartbeat_interval.unwrap_or(self.lease / 3);
+        for (what, interval) in [
+            ("heartbeat interval", heartbeat_interval),
+            ("idle poll", self.idle_poll),
+            ("recovery interval", self.recovery_interval),
+        ] {
+            if interval.is_zero() {
+                return invalid(format!("the {what} must be longer than zero"));
+            }
+        }
+        if heartbeat_interval >= self.lease {
+            tracing::warn!(
+                ?heartbeat_interval,
+                lease = ?self.lease,
+                "the heartbeat interval is not shorter than the lease: claims will expire while their tasks run"
+            );
+        }
+        if self.tasks.is_empty() {
+            return invalid("a pool needs at least one task".into());
+        }
+        let mut tasks: BTreeMap<&'static str, Arc<dyn DynTask>> = BTreeMap::new();
+        for task in self.tasks {
+            let kind = task.kind();
+            if let Err(error) = opledger_domain::tasks::task_kind(kind) {
+                return invalid(error.to_string());
+            }
+            if tasks.insert(kind, task).is_some() {
+                return invalid(format!("task kind {kind} is registered twice"));
+            }
+        }
+        let settings = Settings {
+            name: self.name,
+            workers: self.workers,
+            lease_ms,
+            batch,
+            idle_poll: self.idle_poll,
+            heartbeat_interval,
+            recovery_interval: self.recovery_interval,
+            stop_grace: self.stop_grace,
+            progress_interval: self.progress_interval,
+        };
+        Ok(WorkerPool {
+            shared: Arc::new(Shared {
+                backend: Arc::new(self.engine.clone()),
+                engine: self.engine,
+                tasks,
+                settings,
+            }),
+        })
+    }
+}
+
+struct Shared<S: Store> {
+    engine: Engine<S>,
+    /// The same engine, as jobs see it.
+    backend: Arc<dyn Backend>,
+    tasks: BTreeMap<&'static str, Arc<dyn DynTask>>,
+    settings: Settings,
+}
+
+/// A pool of in-process workers over one engine.
+///
+/// N workers run at most N jobs at once. Whenever slots are free the pool
+/// claims up to `min(free slots, batch)` tasks of its registered kinds in
+/// one call, and runs each claim as a tokio task with its own heartbeat
+/// loop. Claims are recorded with the pool's name as the worker; each job's
+/// reports with the actor `name/slot-N` and the claim token as correlation
+/// id, so a timeline shows which slot did what in which attempt.
+pub struct WorkerPool<S: Store> {
+    shared: Arc<Shared<S>>,
+}
+
+impl<S: Store> Clone for WorkerPool<S> {
+    fn clone(&self) -> Self {
+        WorkerPool {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+/// How one job ended.
+struct JobEnd {
+    executed: bool,
+    kind: EndKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum EndKind {
+    Completed,
+    Failed { terminal: bool, panicked: bool },
+    Cancelled,
+    Lost,
+    Unreported,
+}
+
+/// How a task's run ended, before anything was reported.
+enum Ran {
+    Returned(Result<Outcome, TaskError>),
+    Panicked(String),
+    /// Told to stop, it did not return within the grace: dropped.
+    Abandoned,
+}
+
+enum Mode {
+    UntilIdle,
+    UntilShutdown,
+}
+
+impl Mode {
+    /// Failed claims in a row a run sits out before it gives up: a service
+    /// keeps trying; a run until idle reports the trouble soon.
+    fn claim_retries(&self) -> u32 {
+        match self {
+            Mode::UntilShutdown => u32::MAX,
+            Mode::UntilIdle => 5,
+        }
+    }
+}
+
+/// Whether a failed claim is worth trying again: storage trouble, or a
+/// conflict (a row the claim query offered and the domain refused; one such
+/// row fails the whole claim call). Invalid settings are not.
+fn retry_claim(error: &EngineError) -> bool {
+    is_transient(error) || is_claim_lost(error)
+}
+
+impl<S: Store> WorkerPool<S> {
+    /// A builder with the defaults: 4 workers, 60 s leases, claim batches
+    /// of one per worker, 1 s idle poll, heartbeats every third of the
+    /// lease, recovery every 30 s, 10 s stop grace, progress at most every
+    /// 250 ms. `name` is the worker name claims are recorded with.
+    pub fn builder(engine: Engine<S>, name: impl Into<String>) -> WorkerPoolBuilder<S> {
+        WorkerPoolBuilder {
+            engine,
+            name: name.into(),
+            tasks: Vec::new(),
+            workers: 4,
+            lease: Duration::from_secs(60),
+            batch: None,
+            idle_poll: Duration::from_secs(1),
+            heartbeat_interval: None,
+            recovery_interval: Duration::from_secs(30),
+            stop_grace: Duration::from_secs(10),
+            progress_interval: PROGRESS_INTERVAL,
+        }
+    }
+
+    /// The registered task kinds.
+    pub fn kinds(&self) -> Vec<&'static str> {
+        self.shared.tasks.keys().copied().collect()
+    }
+
+    /// Runs until `shutdown` resolves, then stops claiming and waits for
+    /// the running jobs to finish and report (a long job keeps its lease
+    /// alive meanwhile; a job that must not be waited for is recovered from
+    /// its expired lease by the next pool).
+    pub fn run_until<F>(&self, shutdown: F) -> impl Future<Output = Result<PoolReport, PoolError>> + Send
+    where
+        F: Future<Output = ()> + Send,
+    {
+        run(self.shared.clone(), Mode::UntilShutdown, shutdown)
+    }
+
+    /// Runs until a claim finds no work and no job is running. Work that is
+    /// not due yet (a retry scheduled for later) is not waited for.
+    pub fn run_until_idle(&self) -> impl Future<Output = Result<PoolReport, PoolError>> + Send {
+        run(self.shared.clone(), Mode::UntilIdle, std::future::pending())
+    }
+}
+
+async fn run<S, F>(shared: Arc<Shared<S>>, mode: Mode, shutdown: F) -> Result<PoolReport, PoolError>
+where
+    S: Store,
+    F: Future<Output = ()> + Send,
+{
+    let settings = &shared.settings;
+    let context = CommandContext::actor(settings.name.clone());
+    let mut report = PoolReport::default();
+
+    // Recovery first: intermediate states a previous process left go
+    // back to the queue before this pool claims anything.
+    let pass = shared.engine.recover(&context).await?;
+    if pass.interrupted > 0 {
+        tracing::info!(?pass, "recovered interrupted work at start");
+    }
+    report.add_recovery(&pass);
+
+    let mut jobs: JoinSet<(JobEnd, u64)> = JoinSet::new();
+    let mut slots: HashMap<tokio::task::Id, usize> = HashMap::new();
+    let mut free: BTreeSet<usize> = (0..settings.workers).collect();
+    let mut recovery = tokio::time::interval_at(
+        tokio::time::Instant::now() + settings.recovery_interval,
+        settings.recovery_interval,
+    );
+    recovery.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let shutdown = shutdown.fuse();
+    tokio::pin!(shutdown);
+    let mut stopping = false;
+    let mut fatal: Option<EngineError> = None;
+    let mut claim_failures: u32 = 0;
+
+    loop {
+        while let Some(joined) = jobs.try_join_next_with_id() {
+            end_job(joined, &mut slots, &mut free, &mut report);
+        }
+        // Claim for the free slots; go on claiming while claims come
+        // back full (there may be more work than one batch).
+        let mut found_nothing = false;
+        if !stopping && !free.is_empty() {
+            let limit = free.len().min(settings.batch);
+            match claim(&shared, &context, limit).await {
+                Ok(claims) => {
+                    claim_failures = 0;
+                    let got = claims.len();
+                    report.claimed += got as u64;
+                    for claim in claims {
+                        let slot = free.pop_first().expect("a claim never takes more than the free slots");
+                        let id = spawn_job(&shared, &mut jobs, slot, claim);
+                        slots.insert(id, slot);
+                    }
+                    if got == limit && !free.is_empty() {
+                        continue;
+                    }
+                    found_nothing = got == 0;
+                }
+                Err(error) if retry_claim(&error) && claim_failures < mode.claim_retries() => {
+                    claim_failures += 1;
+                    tracing::warn!(%error, claim_failures, "claim failed; trying again after the idle poll");
+                }
+                Err(error) => {
+                    tracing::error!(%error, "claim refused; the pool stops claiming");
+                    fatal = Some(error);
+                    stopping = true;
+                }
+            }
+        }
+        if jobs.is_empty() && (stopping || (matches!(mode, Mode::UntilIdle) && found_nothing)) {
+            break;
+        }
+        let poll = !stopping && !free.is_empty();
+        tokio::select! {
+            biased;
+            () = &mut shutdown, if !stopping => {
+                tracing::info!(running = jobs.len(), "shutdown: no more claims; waiting for running jobs");
+                stopping = true;
+            }
+            Some(joined) = jobs.join_next_with_id(), if !jobs.is_empty() => {
+                end_job(joined, &mut slots, &mut free, &mut report);
+            }
+            _ = recovery.tick(), if !stopping => {
+                match shared.engine.recover(&context).await {
+                    Ok(pass) => {
+                        if pass.interrupted > 0 {
+                            tracing::info!(?pass, "recovered interrupted work");
+                        }
+                        report.add_recovery(&pass);
+                    }
+                    Err(error) => tracing::warn!(%error, "recovery pass failed; trying again at the next one"),
+                }
+            }
+            () = tokio::time::sleep(settings.idle_poll), if poll => {}
+        }
+    }
+    match fatal {
+        Some(error) => Err(PoolError::Engine(error)),
+        None => Ok(report),
+    }
+}
+
+async fn claim<S: Store>(
+    shared: &Shared<S>,
+    context: &CommandContext,
+    limit: usize,
+) -> Result<Vec<TaskClaim>, EngineError> {
+    shared
+        .engine
+        .claim_tasks(
+            context,
+            ClaimRequest {
+                kinds: shared.tasks.keys().map(|kind| kind.to_string()).collect(),
+                worker: shared.settings.name.clone(),
+                lease_ms: shared.settings.lease_ms,
+                limit,
+            },
+        )
+        .await
+}
+
+fn spawn_job<S: Store>(
+    shared: &Arc<Shared<S>>,
+    jobs: &mut JoinSet<(JobEnd, u64)>,
+    slot: usize,
+    claim: TaskClaim,
+) -> tokio::task::Id {
+    let shared = shared.clone();
+    let actor = format!("{}/slot-{slot}", shared.settings.name);
+    let span = tracing::info_span!(
+        "job",
+        operation = %claim.operation_id,
+        kind = %claim.task_kind,
+        attempt = claim.attempt,
+        actor = %actor,
+    );
+    jobs.spawn(run_job(shared, actor, claim).instrument(span)).id()
+}
+
+fn end_job(
+    joined: Result<(tokio::task::Id, (JobEnd, u64)), tokio::task::JoinError>,
+    slots: &mut HashMap<tokio::task::Id, usize>,
+    free: &mut BTreeSet<usize>,
+    report: &mut PoolReport,
+) {
+    let id = match joined {
+        Ok((id, (end, progress_reports))) => {
+            report.add_job(&end, progress_reports);
+            id
+        }
+        Err(error) => {
+            // The runtime itself failed around a job (task panics are caught
+            // inside it): nothing was reported; recovery takes the claim
+            // once its lease expires.
+            tracing::error!(%error, "a job ended without reporting");
+            report.unreported += 1;
+            error.id()
+        }
+    };
+    if let Some(slot) = slots.remove(&id) {
+        free.insert(slot);
+    }
+}
+
+/// One claim, from start to report.
+async fn run_job<S: Store>(shared: Arc<Shared<S>>, actor: String, claim: TaskClaim) -> (JobEnd, u64) {
+    let settings = &shared.settings;
+    let fence = claim.fence();
+    let context = CommandContext::actor(actor).with_correlation(claim.claim_token.clone());
+    let Some(task) = shared.tasks.get(claim.task_kind.as_str()).cloned() else {
+        // Claims are filtered by the registered kinds; this is a bug.
+        let error = format!("no task for kind {} in pool {}", claim.task_kind, settings.name);
+        let kind = report_failure(&shared.engine, &context, &fence, &error, false, false).await;
+        return (JobEnd { executed: false, kind }, 0);
+    };
+
+    let (stop_tx, _) = watch::channel(None);
+    let stop_tx = Arc::new(stop_tx);
+    let (done_tx, done_rx) = oneshot::channel();
+    let heartbeat = tokio::spawn(
+        heartbeat_loop(
+            shared.backend.clone(),
+            fence.clone(),
+            settings.lease_ms,
+            settings.heartbeat_interval,
+            stop_tx.clone(),
+            done_rx,
+        )
+        .in_current_span(),
+    );
+    let mut job = Job::new(
+        claim,
+        context.clone(),
+        settings.lease_ms,
+        shared.backend.clone(),
+        stop_tx,
+        settings.progress_interval,
+    );
+    tracing::debug!("running");
+    let ran = run_task(task.as_ref(), &mut job, settings.stop_grace).await;
+    let _ = done_tx.send(());
+    if let Err(error) = heartbeat.await {
+        tracing::warn!(%error, "the heartbeat loop ended abnormally");
+    }
+    let kind = record_end(&shared.engine, &context, &fence, &mut job, ran).await;
+    (JobEnd { executed: true, kind }, job.progress_reports())
+}
+
+/// Runs the task, catching a panic; a task told to stop that does not
+/// return within `grace` is dropped.
+async fn run_task(task: &dyn DynTask, job: &mut Job, grace: Duration) -> Ran {
+    let stopped = job.cancelled();
+    let run = AssertUnwindSafe(task.run_boxed(job)).catch_unwind();
+    tokio::select! {
+        result = run => match result {
+            Ok(result) => Ran::Returned(result),
+            Err(payload) => Ran::Panicked(panic_message(payload.as_ref())),
+        },
+        reason = async move {
+            let reason = stopped.await;
+            tokio::time::sleep(grace).await;
+            reason
+        } => {
+            tracing::warn!(%reason, ?grace, "the task did not stop within its grace; dropped");
+            Ran::Abandoned
+        }
+    }
+}
+
+fn panic_message(payload: &(dyn Any + Send)) -> String {
+    if let Some(text) = payload.downcast_ref::<&str>() {
+        (*text).to_string()
+    } else if let Some(text) = payload.downcast_ref::<String>() {
+        text.clone()
+    } else {
+        "a panic without a message".to_string()
+    }
+}
+
+/// Records how the job ended. A lost claim records nothing; a cancel is
+/// acknowledged only after the temporary outputs are gone; an output is
+/// completed even if a cancel request arrived after the task finished.
+async fn record_end<S: Store>(
+    engine: &Engine<S>,
+    context: &CommandContext,
+    fence: &Fence,
+    job: &mut Job,
+    ran: Ran,
+) -> EndKind {
+    let stop = job.stop_reason();
+    if let Some(StopReason::ClaimLost(reason)) = &stop {
+        let removed = job.remove_temporary_outputs().await;
+        tracing::warn!(%reason, removed, "claim lost: the outcome is not reported");
+        return EndKind::Lost;
+    }
+    let finished_anyway = matches!(ran, Ran::Returned(Ok(_)));
+    if stop == Some(StopReason::CancelRequested) && !finished_anyway {
+        let removed = job.remove_temporary_outputs().await;
+        tracing::info!(removed, "cancelled; temporary outputs removed");
+        return match with_retries("acknowledge the cancel", || engine.acknowledge_cancel(context, fence)).await {
+            Ok(_) => EndKind::Cancelled,
+            Err(error) if is_claim_lost(&error) => {
+                tracing::warn!(%error, "cancel not acknowledged: the claim was lost");
+                EndKind::Lost
+            }
+            Err(error) => {
+                tracing::error!(%error, "cancel not acknowledged; recovery will finish it");
+                EndKind::Unreported
+            }
+        };
+    }
+    // Whatever was not committed is garbage now.
+    job.remove_temporary_outputs().await;
+    job.flush_progress().await;
+    if job
+        .stop_reason()
+        .is_some_and(|reason| matches!(reason, StopReason::ClaimLost(_)))
+    {
+        return EndKind::Lost;
+    }
+    let (message, terminal, panicked) = match ran {
+        Ran::Returned(Ok(outcome)) => {
+            let completion = outcome.into_completion();
+            return match with_retries("complete", || engine.complete_task(context, fence, completion.clone())).await {
+                Ok(outcome) => {
+                    tracing::debug!(status = %outcome.status, "completed");
+                    EndKind::Completed
+                }
+                Err(error) if is_claim_lost(&error) => {
+                    tracing::warn!(%error, "completion refused: the claim was lost");
+                    EndKind::Lost
+                }
+                Err(error) => {
+                    tracing::error!(%error, "completion not recorded; recovery will requeue the task");
+                    EndKind::Unreported
+                }
+            };
+        }
+        Ran::Returned(Err(TaskError::Retryable(message))) => (message, false, false),
+        Ran::Returned(Err(TaskError::Terminal(message))) => (message, true, false),
+        Ran::Returned(Err(TaskError::Stopped(reason))) => (
+            format!("the task stopped without being asked to ({reason})"),
+            false,
+            false,
+        ),
+        Ran::Panicked(message) => (format!("the task panicked: {message}"), false, true),
+        Ran::Abandoned => (
+            "the task was dropped after it was told to stop".to_string(),
+            false,
+            false,
+        ),
+    };
+    report_failure(engine, context, fence, &message, terminal, panicked).await
+}
+
+async fn report_failure<S: Store>(
+    engine: &Engine<S>,
+    context: &CommandContext,
+    fence: &Fence,
+    message: &str,
+    terminal: bool,
+    panicked: bool,
+) -> EndKind {
+    let message = if message.trim().is_empty() {
+        "the task failed without a message"
+    } else {
+        message
+    };
+    match with_retries("fail", || engine.fail_task(context, fence, message, terminal)).await {
+        Ok(outcome) if outcome.status == OperationStatus::Cancelled => {
+            // A cancel was requested after the job's last heartbeat: the
+            // engine finished it with the failure instead of a retry.
+            tracing::info!(error = message, "failed after a cancel request: cancelled");
+            EndKind::Cancelled
+        }
+        Ok(outcome) => {
+            tracing::info!(status = %outcome.status, error = message, "failed");
+            EndKind::Failed { terminal, panicked }
+        }
+        Err(error) if is_claim_lost(&error) => {
+            tracing::warn!(%error, "failure refused: the claim was lost");
+            EndKind::Lost
+        }
+        Err(error) => {
+            tracing::error!(%error, "failure not recorded; recovery will requeue the task");
+            EndKind::Unreported
+        }
+    }
+}
+
+/// Tries a report again on transient storage trouble (three more times,
+/// 100 ms, 400 ms, 1.6 s apart).
+async fn with_retries<T, F, Fut>(what: &str, mut call: F) -> Result<T, EngineError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, EngineError>>,
+{
+    let mut delay = Duration::from_millis(100);
+    let mut retries = 3;
+    loop {
+        match call().await {
+            Err(error) if retries > 0 && is_transient(&error) => {
+                tracing::warn!(%error, ?delay, "could not {what}; trying again");
+                tokio::time::sleep(delay).await;
+                delay *= 4;
+                retries -= 1;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Extends the lease every `interval` until the job is done; trips the
+/// job's stop signal when the answer asks for cancellation or the fence
+/// refuses the heartbeat (the claim was lost: stop, report nothing). Keeps
+/// beating after a cancel request, so the lease holds while the job cleans
+/// up.
+async fn heartbeat_loop(
+    backend: Arc<dyn Backend>,
+    fence: Fence,
+    lease_ms: i64,
+    interval: Duration,
+    stop: Arc<watch::Sender<Option<StopReason>>>,
+    mut done: oneshot::Receiver<()>,
+) {
+    let mut delay = interval;
+    loop {
+        tokio::select! {
+            biased;
+            _ = &mut done => return,
+            () = tokio::time::sleep(delay) => {}
+        }
+        match backend.heartbeat(&fence, lease_ms).await {
+            Ok(beat) => {
+                delay = interval;
+                if beat.cancel_requested {
+                    if stop.borrow().is_none() {
+                        tracing::info!("cancellation requested");
+                    }
+                    trip(&stop, StopReason::CancelRequested);
+                }
+            }
+            Err(error) if is_claim_lost(&error) => {
+                tracing::warn!(%error, "heartbeat refused: the claim was lost; stopping the task");
+                trip(&stop, StopReason::ClaimLost(error.to_string()));
+                return;
+            }
+            Err(error) => {
+                // The lease still runs; try again sooner.
+                delay = (interval / 4).max(Duration::from_millis(50));
+                tracing::warn!(%error, ?delay, "heartbeat failed; trying again");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn panic_messages_are_read_from_str_and_string_payloads() {
+        let text: Box<dyn Any + Send> = Box::new("boom");
+        assert_eq!(panic_message(text.as_ref()), "boom");
+        let owned: Box<dyn Any + Send> = Box::new(String::from("bang 7"));
+        assert_eq!(panic_message(owned.as_ref()), "bang 7");
+        let other: Box<dyn Any + Send> = Box::new(7_u8);
+        assert_eq!(panic_message(other.as_ref()), "a panic without a message");
+    }
+}
