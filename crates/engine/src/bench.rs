@@ -176,6 +176,9 @@ impl LifecycleWorkload {
     }
 }
 
+/// Requests per `request_tasks` call in the lifecycle workload.
+const REQUEST_BATCH: usize = 64;
+
 /// What one run of the task lifecycle workload measured.
 #[derive(Debug, Clone)]
 pub struct TaskLifecycleRun {
@@ -268,16 +271,25 @@ pub async fn run_task_lifecycle<S: opledger_store::Store>(
                     },
                 ]
             });
-            let results: Vec<Result<crate::RequestOutcome, crate::EngineError>> = futures::stream::iter(requests)
-                .map(|request| {
-                    let (engine, context) = (engine.clone(), context.clone());
-                    async move { engine.request_task(&context, request).await }
-                })
-                .buffer_unordered(16)
-                .collect()
-                .await;
+            // Requests go in batches, as a scheduler enqueues a folder.
+            let batches: Vec<Vec<crate::TaskRequest>> = requests
+                .collect::<Vec<_>>()
+                .chunks(REQUEST_BATCH)
+                .map(<[crate::TaskRequest]>::to_vec)
+                .collect();
+            let results: Vec<Result<Vec<Result<crate::RequestOutcome, crate::EngineError>>, crate::EngineError>> =
+                futures::stream::iter(batches)
+                    .map(|batch| {
+                        let (engine, context) = (engine.clone(), context.clone());
+                        async move { engine.request_tasks(&context, batch).await }
+                    })
+                    .buffer_unordered(4)
+                    .collect()
+                    .await;
             for result in results {
-                result?;
+                for outcome in result? {
+                    outcome?;
+                }
             }
             Ok::<_, crate::EngineError>(())
         })
@@ -308,25 +320,18 @@ pub async fn run_task_lifecycle<S: opledger_store::Store>(
                     tokio::time::sleep(std::time::Duration::from_millis(1)).await;
                     continue;
                 }
-                // The claimed tasks run concurrently, as a worker's slots
-                // would; each completion is its own command.
-                let outcomes: Vec<Result<crate::TaskOutcome, crate::EngineError>> = futures::stream::iter(claims)
+                // The worker reports its batch's outcomes together, each
+                // fenced and answered on its own.
+                let completions = claims
+                    .iter()
                     .map(|claim| {
-                        let (engine, context) = (engine.clone(), context.clone());
-                        async move {
-                            engine
-                                .complete_task(
-                                    &context,
-                                    &claim.fence(),
-                                    crate::Completion::Output(json!({"bytes": 1024, "worker": claim.attempt})),
-                                )
-                                .await
-                        }
+                        (
+                            claim.fence(),
+                            crate::Completion::Output(json!({"bytes": 1024, "attempt": claim.attempt})),
+                        )
                     })
-                    .buffer_unordered(claim_batch)
-                    .collect()
-                    .await;
-                for outcome in outcomes {
+                    .collect();
+                for outcome in engine.complete_tasks(&context, completions).await? {
                     outcome?;
                     completed.fetch_add(1, Ordering::SeqCst);
                 }

@@ -14,16 +14,18 @@ use crate::commands::{commit_appends, CommandContext};
 use crate::error::EngineError;
 use crate::Engine;
 use opledger_domain::events::{Event, OperationCreated, OperationProgressed, OperationTarget};
+use opledger_domain::projections::Cell;
 use opledger_domain::projections::{
     media_key, region_key, state_key, state_table, MediaRow, ProcessingStateRow, RegionRow, Row, WorkingSet,
     MEDIA_TABLE, REGIONS_TABLE,
 };
 use opledger_domain::revision::compute_revision;
-use opledger_domain::tasks::{task_kind, TargetType, CLAIMABLE_STATUSES};
+use opledger_domain::tasks::{task_kind, TargetType, TaskKindSpec, CLAIMABLE_STATUSES};
 use opledger_domain::work::{self, Completion, Fence};
 use opledger_domain::{MediaId, NewEvent, OperationId, OperationStatus, RegionId, StreamId, Timestamp};
 use opledger_store::{ClaimQuery, ExpectedVersion, ExpiredClaim, Lease, RowTarget, Store, StreamAppend, WriteTx};
 use serde_json::{Map, Value};
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::pin::Pin;
 
@@ -206,6 +208,47 @@ pub struct RecoveryReport {
 /// use it to land a completion in the gap.
 pub type RecoveryHook = Box<dyn Fn(Vec<ExpiredClaim>) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
 
+/// A worker report's decision, made against the state it finds.
+type Decision = Box<dyn FnOnce(&ProcessingStateRow) -> Result<Vec<Event>, opledger_domain::DomainError> + Send>;
+
+fn stale_claim(fence: &Fence) -> EngineError {
+    EngineError::Domain(opledger_domain::DomainError::Conflict(format!(
+        "claim {} does not hold any task (it finished, was interrupted by recovery, or never existed)",
+        fence.claim_token
+    )))
+}
+
+/// Loads the processing states of many task operations (both tables) into
+/// `rows`, absent ones as known-absent.
+async fn load_states<T: WriteTx>(
+    tx: &mut T,
+    rows: &mut WorkingSet,
+    operation_ids: &[OperationId],
+) -> Result<(), EngineError> {
+    for target_type in [TargetType::Media, TargetType::Region] {
+        let keys: Vec<String> = operation_ids
+            .iter()
+            .map(|operation_id| state_key(target_type, *operation_id))
+            .filter(|key| !rows.is_known(key))
+            .map(|key| key.key)
+            .collect();
+        if keys.is_empty() {
+            continue;
+        }
+        let loaded = tx.load_rows(state_table(target_type), &keys).await?;
+        for key in keys {
+            rows.insert_loaded(
+                opledger_domain::projections::RowKey::new(state_table(target_type), key),
+                None,
+            );
+        }
+        for row in loaded {
+            rows.insert_loaded(row.key(), Some(row));
+        }
+    }
+    Ok(())
+}
+
 /// Loads the processing state of a task operation (either table) into
 /// `rows`; None when it has none.
 async fn load_state<T: WriteTx>(
@@ -243,12 +286,7 @@ async fn load_claimed<T: WriteTx>(
     rows: &mut WorkingSet,
     fence: &Fence,
 ) -> Result<(ProcessingStateRow, Lease), EngineError> {
-    let stale = || {
-        EngineError::Domain(opledger_domain::DomainError::Conflict(format!(
-            "claim {} does not hold any task (it finished, was interrupted by recovery, or never existed)",
-            fence.claim_token
-        )))
-    };
+    let stale = || stale_claim(fence);
     let lease = tx.lease(&fence.claim_token).await?.ok_or_else(stale)?;
     let state = load_state(tx, rows, lease.operation_id).await?.ok_or_else(stale)?;
     work::check_fence(&state, fence)?;
@@ -286,105 +324,230 @@ impl<S: Store> Engine<S> {
     /// for the revision already requested is a no-op; another revision
     /// replaces the requested one atomically (a worker running the old one
     /// finishes it, and the task is then claimable for the new one).
-    pub async fn request_task(
+    pub fn request_task<'a>(
+        &'a self,
+        context: &'a CommandContext,
+        request: TaskRequest,
+    ) -> opledger_store::BoxFuture<'a, Result<RequestOutcome, EngineError>> {
+        // Boxed here, where the future's lifetimes are the caller's: an
+        // unboxed one cannot be proven Send for every lifetime and could
+        // not be spawned onto a runtime.
+        Box::pin(self.request_task_now(context, request))
+    }
+
+    async fn request_task_now(
         &self,
         context: &CommandContext,
         request: TaskRequest,
     ) -> Result<RequestOutcome, EngineError> {
-        let kind = task_kind(&request.kind)?;
-        if kind.target != request.target.target_type() {
-            return Err(EngineError::invalid(format!(
-                "task kind {} runs on {} targets, not on a {}",
-                kind.name,
-                kind.target,
-                request.target.target_type()
-            )));
-        }
-        if !request.inputs.is_object() {
-            return Err(EngineError::invalid(format!(
-                "{} inputs must be a JSON object, not {}",
-                kind.name, request.inputs
-            )));
-        }
-        let operation_id = OperationId(self.ids.next());
+        self.request_tasks(context, vec![request])
+            .await?
+            .pop()
+            .expect("one request gets one answer")
+    }
+
+    /// Requests many tasks in one transaction (a scheduler enqueueing a
+    /// batch). Each request is checked and answered on its own: a refused
+    /// one is its own error and does not stop the others. Two requests for
+    /// the same kind on the same target in one batch must agree on the
+    /// revision.
+    pub fn request_tasks<'a>(
+        &'a self,
+        context: &'a CommandContext,
+        requests: Vec<TaskRequest>,
+    ) -> opledger_store::BoxFuture<'a, Result<Vec<Result<RequestOutcome, EngineError>>, EngineError>> {
+        // Boxed here, where the future's lifetimes are the caller's: an
+        // unboxed one cannot be proven Send for every lifetime and could
+        // not be spawned onto a runtime.
+        Box::pin(self.request_tasks_now(context, requests))
+    }
+
+    async fn request_tasks_now(
+        &self,
+        context: &CommandContext,
+        requests: Vec<TaskRequest>,
+    ) -> Result<Vec<Result<RequestOutcome, EngineError>>, EngineError> {
+        let prepared: Vec<Result<(&'static TaskKindSpec, TaskRequest, OperationId), EngineError>> = requests
+            .into_iter()
+            .map(|request| {
+                let kind = task_kind(&request.kind)?;
+                if kind.target != request.target.target_type() {
+                    return Err(EngineError::invalid(format!(
+                        "task kind {} runs on {} targets, not on a {}",
+                        kind.name,
+                        kind.target,
+                        request.target.target_type()
+                    )));
+                }
+                if !request.inputs.is_object() {
+                    return Err(EngineError::invalid(format!(
+                        "{} inputs must be a JSON object, not {}",
+                        kind.name, request.inputs
+                    )));
+                }
+                Ok((kind, request, OperationId(self.ids.next())))
+            })
+            .collect();
         let stamp = self.stamp(context);
         self.store
             .write(move |tx: &mut S::Tx| {
                 Box::pin(async move {
                     let mut rows = WorkingSet::default();
-                    let (media_id, region_id, target_values) = target_values(tx, &mut rows, request.target).await?;
-                    let inputs = kind.complete_inputs(&request.inputs, &target_values)?;
-                    let inputs = Value::Object(inputs);
-                    let revision = compute_revision(kind.name, kind.version, &inputs)
-                        .map_err(|error| EngineError::invalid(format!("{} inputs: {error}", kind.name)))?;
-                    let target_column = match request.target {
-                        TaskTarget::Media(_) => "media_id",
-                        TaskTarget::Region(_) => "region_id",
-                    };
-                    let table = state_table(kind.target);
-                    let existing = tx
-                        .find_rows(
-                            table,
-                            &[
-                                (
-                                    target_column,
-                                    opledger_domain::projections::Cell::Uuid(request.target.id()),
-                                ),
-                                (
-                                    "task_kind",
-                                    opledger_domain::projections::Cell::Text(kind.name.to_string()),
-                                ),
-                            ],
-                            1,
-                        )
-                        .await?;
-                    if let Some(Row::ProcessingState(state)) = existing.into_iter().next() {
+                    let valid = || prepared.iter().filter_map(|item| item.as_ref().ok());
+                    // The targets, in two reads: regions first (a region
+                    // names its item), then every item.
+                    let region_ids: BTreeSet<RegionId> = valid()
+                        .filter_map(|(_, request, _)| match request.target {
+                            TaskTarget::Region(region_id) => Some(region_id),
+                            TaskTarget::Media(_) => None,
+                        })
+                        .collect();
+                    let mut regions: BTreeMap<RegionId, RegionRow> = BTreeMap::new();
+                    if !region_ids.is_empty() {
+                        let keys: Vec<String> = region_ids.iter().map(ToString::to_string).collect();
+                        for row in tx.load_rows(&REGIONS_TABLE, &keys).await? {
+                            if let Row::Region(region) = row {
+                                regions.insert(region.region_id, region);
+                            }
+                        }
+                    }
+                    let media_ids: BTreeSet<MediaId> = valid()
+                        .filter_map(|(_, request, _)| match request.target {
+                            TaskTarget::Media(media_id) => Some(media_id),
+                            TaskTarget::Region(region_id) => regions.get(&region_id).map(|region| region.media_id),
+                        })
+                        .collect();
+                    let mut media: BTreeMap<MediaId, MediaRow> = BTreeMap::new();
+                    if !media_ids.is_empty() {
+                        let keys: Vec<String> = media_ids.iter().map(ToString::to_string).collect();
+                        for row in tx.load_rows(&MEDIA_TABLE, &keys).await? {
+                            if let Row::Media(item) = row {
+                                media.insert(item.media_id, item);
+                            }
+                        }
+                    }
+                    // The tasks these targets already have.
+                    let mut existing: BTreeMap<(uuid::Uuid, String), ProcessingStateRow> = BTreeMap::new();
+                    let media_targets: Vec<Cell> = media_ids.iter().map(|id| Cell::Uuid(id.0)).collect();
+                    let region_targets: Vec<Cell> = region_ids.iter().map(|id| Cell::Uuid(id.0)).collect();
+                    for (target_type, column, targets) in [
+                        (TargetType::Media, "media_id", media_targets),
+                        (TargetType::Region, "region_id", region_targets),
+                    ] {
+                        if targets.is_empty() {
+                            continue;
+                        }
+                        for row in tx.find_rows_in(state_table(target_type), column, &targets).await? {
+                            if let Row::ProcessingState(state) = row {
+                                existing.insert((state.target_id, state.task_kind.clone()), state);
+                            }
+                        }
+                    }
+                    for item in media.values() {
+                        rows.insert_loaded(media_key(item.media_id), Some(Row::Media(item.clone())));
+                    }
+                    for region in regions.values() {
+                        rows.insert_loaded(region_key(region.region_id), Some(Row::Region(region.clone())));
+                    }
+                    for state in existing.values() {
                         rows.insert_loaded(
-                            state_key(kind.target, state.operation_id),
+                            state_key(state.target_type, state.operation_id),
                             Some(Row::ProcessingState(state.clone())),
                         );
-                        let Some(event) = work::decide_request(&state, &revision, inputs) else {
-                            return Ok(RequestOutcome {
-                                operation_id: state.operation_id,
-                                requested_revision: revision,
-                                created: false,
-                            });
-                        };
-                        commit_appends(tx, &mut rows, vec![single_append(&state, vec![stamp.event(event)])]).await?;
-                        return Ok(RequestOutcome {
-                            operation_id: state.operation_id,
-                            requested_revision: revision,
-                            created: true,
-                        });
                     }
-                    let event = Event::OperationCreated(OperationCreated {
-                        operation_id,
-                        kind: kind.name.to_string(),
-                        target: OperationTarget {
-                            media_id: Some(media_id),
-                            region_id,
-                            path: None,
-                        },
-                        revision: Some(revision.clone()),
-                        inputs,
-                        status: OperationStatus::Queued,
-                        priority: request.priority,
-                    });
-                    commit_appends(
-                        tx,
-                        &mut rows,
-                        vec![StreamAppend {
-                            stream_id: StreamId::operation(operation_id),
-                            expected: ExpectedVersion::NoStream,
-                            events: vec![stamp.event(event)],
-                        }],
-                    )
-                    .await?;
-                    Ok::<_, EngineError>(RequestOutcome {
-                        operation_id,
-                        requested_revision: revision,
-                        created: true,
-                    })
+
+                    let mut answers = Vec::with_capacity(prepared.len());
+                    let mut appends = Vec::new();
+                    // (target, kind) → (operation, revision) decided in this batch.
+                    let mut decided: BTreeMap<(uuid::Uuid, String), (OperationId, String)> = BTreeMap::new();
+                    for item in prepared {
+                        let answer = (|| {
+                            let (kind, request, new_operation_id) = item?;
+                            let (media_id, region_id, target_values) =
+                                target_values_of(request.target, &media, &regions)?;
+                            let inputs = Value::Object(kind.complete_inputs(&request.inputs, &target_values)?);
+                            let revision = compute_revision(kind.name, kind.version, &inputs)
+                                .map_err(|error| EngineError::invalid(format!("{} inputs: {error}", kind.name)))?;
+                            let slot = (request.target.id(), kind.name.to_string());
+                            if let Some((operation_id, earlier)) = decided.get(&slot) {
+                                if *earlier == revision {
+                                    return Ok((
+                                        RequestOutcome {
+                                            operation_id: *operation_id,
+                                            requested_revision: revision,
+                                            created: false,
+                                        },
+                                        None,
+                                    ));
+                                }
+                                return Err(EngineError::invalid(format!(
+                                    "this batch requests {} on {} twice with different inputs",
+                                    kind.name,
+                                    request.target.id()
+                                )));
+                            }
+                            let (outcome, append) = match existing.get(&slot) {
+                                Some(state) => match work::decide_request(state, &revision, inputs) {
+                                    None => (
+                                        RequestOutcome {
+                                            operation_id: state.operation_id,
+                                            requested_revision: revision.clone(),
+                                            created: false,
+                                        },
+                                        None,
+                                    ),
+                                    Some(event) => (
+                                        RequestOutcome {
+                                            operation_id: state.operation_id,
+                                            requested_revision: revision.clone(),
+                                            created: true,
+                                        },
+                                        Some(single_append(state, vec![stamp.event(event)])),
+                                    ),
+                                },
+                                None => {
+                                    let event = Event::OperationCreated(OperationCreated {
+                                        operation_id: new_operation_id,
+                                        kind: kind.name.to_string(),
+                                        target: OperationTarget {
+                                            media_id: Some(media_id),
+                                            region_id,
+                                            path: None,
+                                        },
+                                        revision: Some(revision.clone()),
+                                        inputs,
+                                        status: OperationStatus::Queued,
+                                        priority: request.priority,
+                                    });
+                                    (
+                                        RequestOutcome {
+                                            operation_id: new_operation_id,
+                                            requested_revision: revision.clone(),
+                                            created: true,
+                                        },
+                                        Some(StreamAppend {
+                                            stream_id: StreamId::operation(new_operation_id),
+                                            expected: ExpectedVersion::NoStream,
+                                            events: vec![stamp.event(event)],
+                                        }),
+                                    )
+                                }
+                            };
+                            decided.insert(slot, (outcome.operation_id, revision));
+                            Ok((outcome, append))
+                        })();
+                        match answer {
+                            Ok((outcome, append)) => {
+                                appends.extend(append);
+                                answers.push(Ok(outcome));
+                            }
+                            Err(error) => answers.push(Err(error)),
+                        }
+                    }
+                    if !appends.is_empty() {
+                        commit_appends(tx, &mut rows, appends).await?;
+                    }
+                    Ok::<_, EngineError>(answers)
                 })
             })
             .await
@@ -394,7 +557,16 @@ impl<S: Store> Engine<S> {
     /// highest priority first, then longest waiting. Each claim gets a fresh
     /// token bound to the requested revision and a lease; an empty answer
     /// means nothing is available.
-    pub async fn claim_tasks(
+    pub fn claim_tasks<'a>(
+        &'a self,
+        context: &'a CommandContext,
+        request: ClaimRequest,
+    ) -> opledger_store::BoxFuture<'a, Result<Vec<TaskClaim>, EngineError>> {
+        // Boxed for the same reason as request_task: spawnable.
+        Box::pin(self.claim_tasks_now(context, request))
+    }
+
+    async fn claim_tasks_now(
         &self,
         context: &CommandContext,
         request: ClaimRequest,
@@ -553,7 +725,19 @@ impl<S: Store> Engine<S> {
     /// timeline; counters within a phase are liveness (the lease row), and
     /// the last counters become an event when the task finishes. Workers
     /// throttle their reports (the runtime sends about every 250 ms).
-    pub async fn report_progress(
+    pub fn report_progress<'a>(
+        &'a self,
+        context: &'a CommandContext,
+        fence: &'a Fence,
+        progress: Progress,
+    ) -> opledger_store::BoxFuture<'a, Result<(), EngineError>> {
+        // Boxed here, where the future's lifetimes are the caller's: an
+        // unboxed one cannot be proven Send for every lifetime and could
+        // not be spawned onto a runtime.
+        Box::pin(self.report_progress_now(context, fence, progress))
+    }
+
+    async fn report_progress_now(
         &self,
         context: &CommandContext,
         fence: &Fence,
@@ -604,7 +788,19 @@ impl<S: Store> Engine<S> {
 
     /// Records a worker's completion (fenced). The final progress counters,
     /// if not yet on the timeline, are recorded first.
-    pub async fn complete_task(
+    pub fn complete_task<'a>(
+        &'a self,
+        context: &'a CommandContext,
+        fence: &'a Fence,
+        completion: Completion,
+    ) -> opledger_store::BoxFuture<'a, Result<TaskOutcome, EngineError>> {
+        // Boxed here, where the future's lifetimes are the caller's: an
+        // unboxed one cannot be proven Send for every lifetime and could
+        // not be spawned onto a runtime.
+        Box::pin(self.complete_task_now(context, fence, completion))
+    }
+
+    async fn complete_task_now(
         &self,
         context: &CommandContext,
         fence: &Fence,
@@ -618,9 +814,55 @@ impl<S: Store> Engine<S> {
         .await
     }
 
+    /// Records many completions in one transaction (a worker that finished
+    /// a batch of claims). Each is fenced and answered on its own; a stale
+    /// one is its own Conflict and does not stop the others.
+    pub fn complete_tasks<'a>(
+        &'a self,
+        context: &'a CommandContext,
+        completions: Vec<(Fence, Completion)>,
+    ) -> opledger_store::BoxFuture<'a, Result<Vec<Result<TaskOutcome, EngineError>>, EngineError>> {
+        // Boxed here, where the future's lifetimes are the caller's: an
+        // unboxed one cannot be proven Send for every lifetime and could
+        // not be spawned onto a runtime.
+        Box::pin(self.complete_tasks_now(context, completions))
+    }
+
+    async fn complete_tasks_now(
+        &self,
+        context: &CommandContext,
+        completions: Vec<(Fence, Completion)>,
+    ) -> Result<Vec<Result<TaskOutcome, EngineError>>, EngineError> {
+        let stamp = self.stamp(context);
+        let reports = completions
+            .into_iter()
+            .map(|(fence, completion)| {
+                let decision_fence = fence.clone();
+                let decide: Decision = Box::new(move |state: &ProcessingStateRow| {
+                    work::decide_complete(state, &decision_fence, completion)
+                });
+                (fence, decide)
+            })
+            .collect();
+        self.finish_many(stamp, reports).await
+    }
+
     /// Records a worker's failure (fenced): retried with backoff and
     /// recorded jitter while attempts remain, else final.
-    pub async fn fail_task(
+    pub fn fail_task<'a>(
+        &'a self,
+        context: &'a CommandContext,
+        fence: &'a Fence,
+        error: &'a str,
+        terminal: bool,
+    ) -> opledger_store::BoxFuture<'a, Result<TaskOutcome, EngineError>> {
+        // Boxed here, where the future's lifetimes are the caller's: an
+        // unboxed one cannot be proven Send for every lifetime and could
+        // not be spawned onto a runtime.
+        Box::pin(self.fail_task_now(context, fence, error, terminal))
+    }
+
+    async fn fail_task_now(
         &self,
         context: &CommandContext,
         fence: &Fence,
@@ -640,7 +882,18 @@ impl<S: Store> Engine<S> {
 
     /// The worker stopped after a cancel request and removed its temporary
     /// outputs: the task is `cancelled` now.
-    pub async fn acknowledge_cancel(
+    pub fn acknowledge_cancel<'a>(
+        &'a self,
+        context: &'a CommandContext,
+        fence: &'a Fence,
+    ) -> opledger_store::BoxFuture<'a, Result<TaskOutcome, EngineError>> {
+        // Boxed here, where the future's lifetimes are the caller's: an
+        // unboxed one cannot be proven Send for every lifetime and could
+        // not be spawned onto a runtime.
+        Box::pin(self.acknowledge_cancel_now(context, fence))
+    }
+
+    async fn acknowledge_cancel_now(
         &self,
         context: &CommandContext,
         fence: &Fence,
@@ -664,29 +917,88 @@ impl<S: Store> Engine<S> {
     where
         D: FnOnce(&ProcessingStateRow) -> Result<Vec<Event>, opledger_domain::DomainError> + Send + 'static,
     {
+        let mut outcomes = self.finish_many(stamp, vec![(fence, Box::new(decide))]).await?;
+        outcomes.pop().expect("one report gets one answer")
+    }
+
+    /// Ends many claims in one transaction. Each report succeeds or fails on
+    /// its own (a stale token is that report's Conflict); the accepted ones
+    /// are appended and folded together.
+    async fn finish_many(
+        &self,
+        stamp: crate::commands::Stamp,
+        reports: Vec<(Fence, Decision)>,
+    ) -> Result<Vec<Result<TaskOutcome, EngineError>>, EngineError> {
         self.store
             .write(move |tx: &mut S::Tx| {
                 Box::pin(async move {
                     let mut rows = WorkingSet::default();
-                    let (state, lease) = load_claimed(tx, &mut rows, &fence).await?;
-                    let outcome_events = decide(&state)?;
-                    let mut events = Vec::with_capacity(outcome_events.len() + 1);
-                    if lease.progress_unrecorded {
-                        if let (Some(phase), Some(processed)) = (lease.phase.clone(), lease.processed) {
-                            events.push(stamp.event(Event::OperationProgressed(OperationProgressed {
-                                operation_id: state.operation_id,
-                                phase,
-                                processed,
-                                total: lease.total,
-                            })));
+                    let tokens: Vec<String> = reports.iter().map(|(fence, _)| fence.claim_token.clone()).collect();
+                    let leases = tx.leases(&tokens).await?;
+                    let operation_ids: Vec<OperationId> = leases.iter().map(|lease| lease.operation_id).collect();
+                    load_states(tx, &mut rows, &operation_ids).await?;
+                    let mut answers: Vec<Result<OperationId, EngineError>> = Vec::with_capacity(reports.len());
+                    let mut appends = Vec::new();
+                    let mut touched: Vec<OperationId> = Vec::new();
+                    for (fence, decide) in reports {
+                        let decided = (|| {
+                            let stale = || stale_claim(&fence);
+                            let lease = leases
+                                .iter()
+                                .find(|lease| lease.claim_token == fence.claim_token)
+                                .ok_or_else(stale)?;
+                            let state = [TargetType::Media, TargetType::Region]
+                                .into_iter()
+                                .find_map(|target_type| state_after(&rows, target_type, lease.operation_id))
+                                .ok_or_else(stale)?;
+                            if touched.contains(&state.operation_id) {
+                                return Err(EngineError::Domain(opledger_domain::DomainError::Conflict(format!(
+                                    "claim {} is reported twice in one batch",
+                                    fence.claim_token
+                                ))));
+                            }
+                            work::check_fence(&state, &fence)?;
+                            let outcome_events = decide(&state)?;
+                            let mut events = Vec::with_capacity(outcome_events.len() + 1);
+                            if lease.progress_unrecorded {
+                                if let (Some(phase), Some(processed)) = (lease.phase.clone(), lease.processed) {
+                                    events.push(stamp.event(Event::OperationProgressed(OperationProgressed {
+                                        operation_id: state.operation_id,
+                                        phase,
+                                        processed,
+                                        total: lease.total,
+                                    })));
+                                }
+                            }
+                            events.extend(outcome_events.into_iter().map(|event| stamp.event(event)));
+                            Ok((state, events))
+                        })();
+                        match decided {
+                            Ok((state, events)) => {
+                                tx.delete_lease(&fence.claim_token).await?;
+                                touched.push(state.operation_id);
+                                appends.push(single_append(&state, events));
+                                answers.push(Ok(state.operation_id));
+                            }
+                            Err(error) => answers.push(Err(error)),
                         }
                     }
-                    events.extend(outcome_events.into_iter().map(|event| stamp.event(event)));
-                    tx.delete_lease(&fence.claim_token).await?;
-                    commit_appends(tx, &mut rows, vec![single_append(&state, events)]).await?;
-                    let after = state_after(&rows, state.target_type, state.operation_id)
-                        .ok_or_else(|| EngineError::not_found("task", state.operation_id))?;
-                    Ok::<_, EngineError>(TaskOutcome::of(&after))
+                    if !appends.is_empty() {
+                        commit_appends(tx, &mut rows, appends).await?;
+                    }
+                    Ok::<_, EngineError>(
+                        answers
+                            .into_iter()
+                            .map(|answer| {
+                                let operation_id = answer?;
+                                [TargetType::Media, TargetType::Region]
+                                    .into_iter()
+                                    .find_map(|target_type| state_after(&rows, target_type, operation_id))
+                                    .map(|after| TaskOutcome::of(&after))
+                                    .ok_or_else(|| EngineError::not_found("task", operation_id))
+                            })
+                            .collect(),
+                    )
                 })
             })
             .await
@@ -694,7 +1006,19 @@ impl<S: Store> Engine<S> {
 
     /// Cancels a task: at once when no worker holds it; otherwise the
     /// request is recorded and the worker sees it at its next heartbeat.
-    pub async fn cancel_task(
+    pub fn cancel_task<'a>(
+        &'a self,
+        context: &'a CommandContext,
+        operation_id: OperationId,
+        reason: &'a str,
+    ) -> opledger_store::BoxFuture<'a, Result<TaskOutcome, EngineError>> {
+        // Boxed here, where the future's lifetimes are the caller's: an
+        // unboxed one cannot be proven Send for every lifetime and could
+        // not be spawned onto a runtime.
+        Box::pin(self.cancel_task_now(context, operation_id, reason))
+    }
+
+    async fn cancel_task_now(
         &self,
         context: &CommandContext,
         operation_id: OperationId,
@@ -832,11 +1156,8 @@ impl<S: Store> Engine<S> {
             .find_rows(
                 state_table(kind.target),
                 &[
-                    (target_column, opledger_domain::projections::Cell::Uuid(target.id())),
-                    (
-                        "task_kind",
-                        opledger_domain::projections::Cell::Text(kind.name.to_string()),
-                    ),
+                    (target_column, Cell::Uuid(target.id())),
+                    ("task_kind", Cell::Text(kind.name.to_string())),
                 ],
                 1,
             )
@@ -871,49 +1192,38 @@ impl<S: Store> Engine<S> {
     }
 }
 
-/// Loads the target of a request and what it contributes to the inputs:
-/// the media item's digest; for a region also its box and revision.
-async fn target_values<T: WriteTx>(
-    tx: &mut T,
-    rows: &mut WorkingSet,
+/// A request's item, its region (for region kinds), and the inputs they
+/// provide.
+type TargetValues = (MediaId, Option<RegionId>, Map<String, Value>);
+
+/// What a request's target contributes to its inputs: the media item's
+/// digest; for a region also its box and revision. NotFound for a target
+/// the batch's reads did not find.
+fn target_values_of(
     target: TaskTarget,
-) -> Result<(MediaId, Option<RegionId>, Map<String, Value>), EngineError> {
+    media: &BTreeMap<MediaId, MediaRow>,
+    regions: &BTreeMap<RegionId, RegionRow>,
+) -> Result<TargetValues, EngineError> {
     let mut values = Map::new();
     let (media_id, region_id) = match target {
         TaskTarget::Media(media_id) => (media_id, None),
         TaskTarget::Region(region_id) => {
-            let key = region_key(region_id);
-            let loaded = tx.load_rows(&REGIONS_TABLE, std::slice::from_ref(&key.key)).await?;
-            let Some(Row::Region(region)) = loaded.into_iter().next() else {
-                return Err(EngineError::not_found("region", region_id));
-            };
-            let RegionRow {
-                media_id,
-                x,
-                y,
-                width,
-                height,
-                region_revision,
-                ..
-            } = region.clone();
+            let region = regions
+                .get(&region_id)
+                .ok_or_else(|| EngineError::not_found("region", region_id))?;
             values.insert(
                 "bbox".to_string(),
-                serde_json::json!({"x": x, "y": y, "width": width, "height": height}),
+                serde_json::json!({"x": region.x, "y": region.y, "width": region.width, "height": region.height}),
             );
-            values.insert("region_revision".to_string(), Value::from(region_revision));
-            rows.insert_loaded(key, Some(Row::Region(region)));
-            (media_id, Some(region_id))
+            values.insert("region_revision".to_string(), Value::from(region.region_revision));
+            (region.media_id, Some(region_id))
         }
     };
-    let key = media_key(media_id);
-    let loaded = tx.load_rows(&MEDIA_TABLE, std::slice::from_ref(&key.key)).await?;
-    let Some(Row::Media(media)) = loaded.into_iter().next() else {
-        return Err(EngineError::not_found("media", media_id));
-    };
-    let MediaRow { content_digest, .. } = media.clone();
-    if let Some(digest) = content_digest {
-        values.insert("content_digest".to_string(), Value::String(digest));
+    let item = media
+        .get(&media_id)
+        .ok_or_else(|| EngineError::not_found("media", media_id))?;
+    if let Some(digest) = &item.content_digest {
+        values.insert("content_digest".to_string(), Value::String(digest.clone()));
     }
-    rows.insert_loaded(key, Some(Row::Media(media)));
     Ok((media_id, region_id, values))
 }

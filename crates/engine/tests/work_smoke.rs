@@ -5,9 +5,10 @@
 use opledger_domain::OperationStatus;
 use opledger_domain::Timestamp;
 use opledger_engine::{
-    ClaimRequest, CommandContext, Completion, Engine, FixedClock, FixedJitter, Progress, SequentialIds, TaskRequest,
-    TaskTarget,
+    ClaimRequest, CommandContext, Completion, Engine, Fence, FixedClock, FixedJitter, Progress, SequentialIds,
+    TaskRequest, TaskTarget,
 };
+use opledger_store::Store;
 use opledger_store_sqlite::{SqliteConfig, SqliteStore};
 use serde_json::json;
 use std::sync::Arc;
@@ -179,4 +180,201 @@ async fn a_task_goes_from_request_to_completion_and_replay_agrees() {
     assert_eq!(view.state.interruption_count, 1);
     let verify = engine.verify().await.unwrap();
     assert!(verify.is_identical(), "{}", verify.render());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batched_requests_and_completions_answer_each_item_on_its_own() {
+    let folder = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(SqliteConfig::at(folder.path().join("batch.db")))
+        .await
+        .unwrap();
+    let engine = Engine::with_clock(
+        store,
+        Arc::new(FixedClock::at(Timestamp::from_micros(1_700_000_000_000_000))),
+        Arc::new(SequentialIds::default()),
+    );
+    engine.startup().await.unwrap();
+    let context = CommandContext::actor("test");
+    let mut media = Vec::new();
+    for index in 0..3 {
+        media.push(
+            engine
+                .register_media(
+                    &context,
+                    &format!("/m/{index}.png"),
+                    "image",
+                    Some(format!("sha256:{index}")),
+                    None,
+                )
+                .await
+                .unwrap(),
+        );
+    }
+    let request = |media_id, kind: &str, inputs: serde_json::Value| TaskRequest {
+        target: TaskTarget::Media(media_id),
+        kind: kind.into(),
+        inputs,
+        priority: 0,
+    };
+    let head = engine.store().head().await.unwrap();
+    let answers = engine
+        .request_tasks(
+            &context,
+            vec![
+                request(media[0], "metadata", json!({})),
+                request(media[1], "metadata", json!({})),
+                // The same revision twice in one batch: the second is a no-op.
+                request(media[1], "metadata", json!({})),
+                // The same kind with other inputs in one batch: refused alone.
+                request(media[1], "metadata", json!({"extractor": "x"})),
+                // Refused alone: unknown kind, unknown media, wrong input type.
+                request(media[2], "transcode", json!({})),
+                request(
+                    opledger_domain::MediaId(uuid::Uuid::from_u128(999)),
+                    "metadata",
+                    json!({}),
+                ),
+                request(media[2], "thumbnail", json!({"max_side": "big", "format": "png"})),
+                request(media[2], "thumbnail", json!({"max_side": 256, "format": "png"})),
+            ],
+        )
+        .await
+        .unwrap();
+    let created: Vec<Option<bool>> = answers
+        .iter()
+        .map(|answer| answer.as_ref().ok().map(|outcome| outcome.created))
+        .collect();
+    assert_eq!(
+        created,
+        vec![Some(true), Some(true), Some(false), None, None, None, None, Some(true)]
+    );
+    assert_eq!(
+        engine.store().head().await.unwrap(),
+        head + 3,
+        "only the three accepted requests appended"
+    );
+
+    let claims = engine
+        .claim_tasks(
+            &context,
+            ClaimRequest {
+                kinds: vec![],
+                worker: "w".into(),
+                lease_ms: 30_000,
+                limit: 10,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(claims.len(), 3);
+    let mut completions: Vec<(Fence, Completion)> = claims
+        .iter()
+        .map(|claim| (claim.fence(), Completion::Output(json!({"ok": true}))))
+        .collect();
+    // A token nobody holds, and one claim reported twice.
+    completions.insert(1, (Fence::token("no-such-claim"), Completion::Output(json!({}))));
+    completions.push((claims[0].fence(), Completion::Output(json!({}))));
+    let outcomes = engine.complete_tasks(&context, completions).await.unwrap();
+    let statuses: Vec<Option<OperationStatus>> = outcomes
+        .iter()
+        .map(|outcome| outcome.as_ref().ok().map(|outcome| outcome.status))
+        .collect();
+    assert_eq!(
+        statuses,
+        vec![
+            Some(OperationStatus::Succeeded),
+            None,
+            Some(OperationStatus::Succeeded),
+            Some(OperationStatus::Succeeded),
+            None
+        ]
+    );
+    let verify = engine.verify().await.unwrap();
+    assert!(verify.is_identical(), "{}", verify.render());
+}
+
+/// Worker fleets spawn each command onto the runtime; every work-protocol
+/// command's future must be `Send` for that (a regression here is a compile
+/// error in this test).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn work_protocol_commands_run_on_spawned_tasks() {
+    let folder = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(SqliteConfig::at(folder.path().join("spawn.db")))
+        .await
+        .unwrap();
+    let (engine, _) = Engine::open(store).await.unwrap();
+    let context = CommandContext::actor("spawned");
+    let media = engine
+        .register_media(&context, "/s/1.png", "image", Some("sha256:1".into()), None)
+        .await
+        .unwrap();
+    let (e, c) = (engine.clone(), context.clone());
+    let requested = tokio::spawn(async move {
+        e.request_task(
+            &c,
+            TaskRequest {
+                target: TaskTarget::Media(media),
+                kind: "metadata".into(),
+                inputs: json!({}),
+                priority: 0,
+            },
+        )
+        .await
+        .map(|outcome| outcome.created)
+    })
+    .await
+    .unwrap();
+    assert_eq!(requested, Ok(true));
+    let (e, c) = (engine.clone(), context.clone());
+    let claim = tokio::spawn(async move {
+        e.claim_tasks(
+            &c,
+            ClaimRequest {
+                kinds: vec![],
+                worker: "spawned".into(),
+                lease_ms: 10_000,
+                limit: 1,
+            },
+        )
+        .await
+    })
+    .await
+    .unwrap()
+    .unwrap()
+    .remove(0);
+    let (e, c, f) = (engine.clone(), context.clone(), claim.fence());
+    tokio::spawn(async move { e.heartbeat(&f, None).await.map(|_| ()) })
+        .await
+        .unwrap()
+        .unwrap();
+    let (e, f) = (engine.clone(), claim.fence());
+    let c2 = c.clone();
+    tokio::spawn(async move {
+        e.report_progress(
+            &c2,
+            &f,
+            Progress {
+                phase: "p".into(),
+                processed: 1,
+                total: None,
+            },
+        )
+        .await
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    let (e, f) = (engine.clone(), claim.fence());
+    let outcome = tokio::spawn(async move { e.complete_task(&c, &f, Completion::Output(json!({}))).await })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(outcome.status, OperationStatus::Succeeded);
+    let (e, c) = (engine.clone(), context.clone());
+    let cancelled = tokio::spawn(async move { e.cancel_task(&c, claim.operation_id, "late").await })
+        .await
+        .unwrap();
+    assert!(cancelled.is_err(), "a succeeded task cannot be cancelled");
+    let (e, c) = (engine.clone(), context.clone());
+    tokio::spawn(async move { e.recover(&c).await }).await.unwrap().unwrap();
 }

@@ -161,6 +161,42 @@ pub async fn find(
         .collect()
 }
 
+/// Rows of one copy of a table whose `column` is one of `values`.
+pub async fn find_in(
+    conn: &mut SqliteConnection,
+    table: &'static TableSpec,
+    copy: Copy<'_>,
+    column: &'static str,
+    values: &[Cell],
+) -> Result<Vec<Row>, StoreError> {
+    if !table.column_names().any(|known| known == column) {
+        return Err(StoreError::constraint(format!("{} has no column {column}", table.name)));
+    }
+    let name = ddl::table_name(table.name, copy);
+    let mut found = Vec::new();
+    for chunk in values.chunks(MAX_PARAMS) {
+        let sql = format!(
+            "SELECT {} FROM {name} WHERE {column} IN ({}) ORDER BY {}",
+            column_list(table),
+            vec!["?"; chunk.len()].join(", "),
+            key_column(table)
+        );
+        let mut query = sqlx::query(&sql);
+        for cell in chunk {
+            query = bind_cell(query, cell);
+        }
+        let fetched = query
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(|error| map(error, &format!("searching {name}")))?;
+        for row in &fetched {
+            let cells = decode_cells(row, table)?;
+            found.push(Row::from_cells(table, cells).map_err(|error| StoreError::corrupt(error.to_string()))?);
+        }
+    }
+    Ok(found)
+}
+
 /// Statements gathered to run in one round trip to the driver. sqlx hands
 /// each statement to SQLite's worker thread and back; on a small machine that
 /// handoff costs more than the statement, so the writer gathers a piece of

@@ -75,6 +75,12 @@ impl SqliteTx {
         self.pending.clear();
     }
 
+    /// Adds a parameterless statement to the gathered writes (savepoint
+    /// bookkeeping rides along with a piece's last flush).
+    pub(crate) fn defer(&mut self, sql: &str) {
+        self.pending.push(sql, |_| {});
+    }
+
     /// Sends the gathered writes. Every read calls this first, so a piece of
     /// work always reads its own writes.
     pub(crate) async fn flush(&mut self) -> Result<(), StoreError> {
@@ -488,6 +494,22 @@ impl WriteTx for SqliteTx {
     async fn lease(&mut self, claim_token: &str) -> Result<Option<Lease>, StoreError> {
         self.flush().await?;
         crate::work::lease(&mut self.connection, claim_token).await
+    }
+
+    async fn leases(&mut self, claim_tokens: &[String]) -> Result<Vec<Lease>, StoreError> {
+        self.flush().await?;
+        crate::work::leases(&mut self.connection, claim_tokens).await
+    }
+
+    async fn find_rows_in(
+        &mut self,
+        table: &'static TableSpec,
+        column: &'static str,
+        values: &[Cell],
+    ) -> Result<Vec<Row>, StoreError> {
+        self.flush().await?;
+        let copy = self.copy();
+        rows::find_in(&mut self.connection, table, copy, column, values).await
     }
 
     async fn put_lease(&mut self, lease: &Lease) -> Result<(), StoreError> {

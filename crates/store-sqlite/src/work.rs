@@ -123,6 +123,29 @@ where
     row.as_ref().map(decode_lease).transpose()
 }
 
+/// The lease rows of many claim tokens, in chunks below the parameter limit.
+pub async fn leases(conn: &mut SqliteConnection, claim_tokens: &[String]) -> Result<Vec<Lease>, StoreError> {
+    let mut found = Vec::with_capacity(claim_tokens.len());
+    for chunk in claim_tokens.chunks(500) {
+        let sql = format!(
+            "SELECT {LEASE_COLUMNS} FROM task_leases WHERE claim_token IN ({})",
+            vec!["?"; chunk.len()].join(", ")
+        );
+        let mut query = sqlx::query(&sql);
+        for token in chunk {
+            query = query.bind(token.as_str());
+        }
+        let rows = query
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(|error| map(error, "reading leases"))?;
+        for row in &rows {
+            found.push(decode_lease(row)?);
+        }
+    }
+    Ok(found)
+}
+
 fn decode_lease(row: &SqliteRow) -> Result<Lease, StoreError> {
     let timestamp = |index: usize| -> Result<Option<Timestamp>, StoreError> {
         row.get::<Option<String>, _>(index)

@@ -105,36 +105,45 @@ pub(crate) async fn run(mut tx: SqliteTx, mut jobs: mpsc::Receiver<Box<dyn Job>>
 async fn run_group(tx: &mut SqliteTx, group: Vec<Box<dyn Job>>) {
     let started = std::time::Instant::now();
     let pieces = group.len();
-    if let Err(error) = execute(tx, "BEGIN IMMEDIATE").await {
+    // A lone piece needs no savepoint: its failure rolls back the transaction.
+    let use_savepoints = group.len() > 1;
+    // Savepoint bookkeeping costs no round trips of its own: the first
+    // savepoint opens with the transaction, and each piece's RELEASE (with
+    // the next piece's SAVEPOINT) rides along with the piece's last flush.
+    let begin = if use_savepoints {
+        "BEGIN IMMEDIATE; SAVEPOINT work"
+    } else {
+        "BEGIN IMMEDIATE"
+    };
+    if let Err(error) = execute(tx, begin).await {
+        let _ = execute(tx, "ROLLBACK").await;
         for job in group {
             job.abort(error.clone());
         }
         return;
     }
     tx.begin_transaction();
-    // A lone piece needs no savepoint: its failure rolls back the transaction.
-    let use_savepoints = group.len() > 1;
     let mut finishes = Vec::with_capacity(group.len());
     let mut broken: Option<StoreError> = None;
     let mut any_ok = false;
-    for job in group {
+    for (index, job) in group.into_iter().enumerate() {
         if let Some(error) = &broken {
             job.abort(error.clone());
             continue;
         }
-        if use_savepoints {
-            if let Err(error) = execute(tx, "SAVEPOINT work").await {
-                job.abort(error.clone());
-                broken = Some(error);
-                continue;
-            }
-        }
+        let more = index + 1 < pieces;
         let before = tx.checkpoint();
         let mut outcome = AssertUnwindSafe(job.run(tx)).catch_unwind().await;
         // Writes the work gathered but did not need to read back are sent
         // now; if they fail, the work fails with their error.
         if let Ok(done) = &mut outcome {
             if done.ok {
+                if use_savepoints {
+                    tx.defer("RELEASE work");
+                    if more {
+                        tx.defer("SAVEPOINT work");
+                    }
+                }
                 if let Err(error) = tx.flush().await {
                     done.ok = false;
                     let finish = std::mem::replace(&mut done.finish, Box::new(|_| {}));
@@ -144,16 +153,18 @@ async fn run_group(tx: &mut SqliteTx, group: Vec<Box<dyn Job>>) {
         }
         let ok = matches!(&outcome, Ok(done) if done.ok);
         if ok {
-            if use_savepoints {
-                if let Err(error) = execute(tx, "RELEASE work").await {
-                    broken = Some(error);
-                }
-            }
             any_ok = true;
         } else {
             tx.restore(before);
             if use_savepoints {
-                if let Err(error) = execute(tx, "ROLLBACK TO work; RELEASE work").await {
+                // The piece's savepoint is still open (a failed flush stops
+                // before its RELEASE); undo the piece and open the next one's.
+                let undo = if more {
+                    "ROLLBACK TO work; RELEASE work; SAVEPOINT work"
+                } else {
+                    "ROLLBACK TO work; RELEASE work"
+                };
+                if let Err(error) = execute(tx, undo).await {
                     broken = Some(error);
                 }
             }

@@ -211,6 +211,18 @@ pub trait WriteTx: RowTarget {
 
     fn lease(&mut self, claim_token: &str) -> impl Future<Output = Result<Option<Lease>, StoreError>> + Send;
 
+    /// The lease rows of these claim tokens (absent ones are missing).
+    fn leases(&mut self, claim_tokens: &[String]) -> impl Future<Output = Result<Vec<Lease>, StoreError>> + Send;
+
+    /// Rows of `table` whose `column` is one of `values` (a batched lookup
+    /// by a non-key column), in primary-key order.
+    fn find_rows_in(
+        &mut self,
+        table: &'static TableSpec,
+        column: &'static str,
+        values: &[Cell],
+    ) -> impl Future<Output = Result<Vec<Row>, StoreError>> + Send;
+
     /// Inserts or replaces a claim's lease row.
     fn put_lease(&mut self, lease: &Lease) -> impl Future<Output = Result<(), StoreError>> + Send;
 
