@@ -3,11 +3,17 @@
 //! invokes [`conformance_tests!`](crate::conformance_tests), which expands to
 //! one `#[tokio::test]` per check below.
 
-use crate::{ErrorKind, ExpectedVersion, Store, StoreError, StreamAppend, WriteTx};
+use crate::{ClaimQuery, ErrorKind, ExpectedVersion, Lease, RowTarget, Store, StoreError, StreamAppend, WriteTx};
 use futures::TryStreamExt;
 use opledger_domain::envelope::{NewEvent, StreamId};
 use opledger_domain::events::{Event, MediaRegistered, MediaUpdated};
 use opledger_domain::ids::MediaId;
+use opledger_domain::ids::{OperationId, RegionId};
+use opledger_domain::projections::{
+    Cell, MediaRow, ProcessingStateRow, RegionRow, Row, RowKey, MEDIA_STATES_TABLE, REGION_STATES_TABLE,
+};
+use opledger_domain::status::OperationStatus;
+use opledger_domain::tasks::{TargetType, CLAIMABLE_STATUSES};
 use opledger_domain::time::Timestamp;
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -39,7 +45,11 @@ macro_rules! conformance_tests {
             corrupt_row_is_a_corrupt_error_naming_its_seq,
             read_all_pages_through_the_whole_log,
             expected_version_is_checked_per_stream,
-            concurrent_writes_on_one_store_succeed_or_fail_on_their_own
+            concurrent_writes_on_one_store_succeed_or_fail_on_their_own,
+            claimable_rows_come_by_priority_then_waiting_time_within_kinds_and_time,
+            leases_round_trip_and_expired_claims_honour_extended_leases,
+            rows_are_found_by_non_key_columns,
+            processing_state_constraints_are_enforced_by_the_database
         );
     };
     (@each $make:expr; $($name:ident),+) => {
@@ -453,5 +463,402 @@ pub async fn concurrent_writes_on_one_store_succeed_or_fail_on_their_own<H: Harn
     );
     for stream in kept {
         assert!(all.iter().any(|envelope| envelope.stream_id == stream), "{stream} lost");
+    }
+}
+
+// ---- the work protocol's tables and queries ----------------------------
+
+fn media_row(media_id: MediaId) -> MediaRow {
+    MediaRow {
+        media_id,
+        path: format!("/library/{media_id}.png"),
+        media_kind: "image".into(),
+        content_digest: Some("sha256:00".into()),
+        byte_size: Some(1),
+        registered_at: at(0),
+        updated_at: at(0),
+        version: 1,
+    }
+}
+
+fn region_row(region_id: RegionId, media_id: MediaId) -> RegionRow {
+    RegionRow {
+        region_id,
+        media_id,
+        x: 0,
+        y: 0,
+        width: 10,
+        height: 10,
+        region_revision: 1,
+        created_at: at(0),
+    }
+}
+
+/// An unclaimed processing state of `kind` on a target.
+fn state(
+    operation: u128,
+    target_type: TargetType,
+    target: Uuid,
+    kind: &str,
+    status: OperationStatus,
+    priority: i64,
+    available_at: i64,
+) -> ProcessingStateRow {
+    ProcessingStateRow {
+        operation_id: OperationId(Uuid::from_u128(operation)),
+        target_type,
+        target_id: target,
+        task_kind: kind.into(),
+        status,
+        priority,
+        requested_revision: format!("rev-{operation}"),
+        inputs: "{}".into(),
+        claimed_revision: None,
+        completed_revision: None,
+        output: None,
+        claim_token: None,
+        worker: None,
+        claimed_at: None,
+        lease_expires_at: None,
+        attempt_count: 0,
+        failure_count: 0,
+        interruption_count: 0,
+        available_at: at(available_at),
+        cancel_requested: false,
+        last_error: None,
+        status_reason: None,
+        updated_at: at(0),
+        version: 1,
+    }
+}
+
+/// The same state, held by `token` with a lease ending at `lease_ends`.
+fn claimed(mut row: ProcessingStateRow, token: &str, lease_ends: i64) -> ProcessingStateRow {
+    row.status = OperationStatus::Leased;
+    row.claimed_revision = Some(row.requested_revision.clone());
+    row.claim_token = Some(token.into());
+    row.worker = Some("worker".into());
+    row.claimed_at = Some(at(0));
+    row.lease_expires_at = Some(at(lease_ends));
+    row.attempt_count = 1;
+    row
+}
+
+fn upsert(row: Row) -> (RowKey, Option<Row>) {
+    (row.key(), Some(row))
+}
+
+/// Writes rows in one transaction (no events: the store persists whatever
+/// rows it is given; the folds are tested elsewhere).
+async fn write_rows<S: Store>(store: &S, rows: Vec<(RowKey, Option<Row>)>) -> Result<(), StoreError> {
+    store
+        .write(move |tx: &mut S::Tx| Box::pin(async move { tx.write_rows(&rows).await }))
+        .await
+}
+
+fn operation_ids(rows: &[Row]) -> Vec<u128> {
+    rows.iter()
+        .map(|row| match row {
+            Row::ProcessingState(state) => state.operation_id.0.as_u128(),
+            other => panic!("not a processing state: {other:?}"),
+        })
+        .collect()
+}
+
+pub async fn claimable_rows_come_by_priority_then_waiting_time_within_kinds_and_time<H: Harness>(harness: &H) {
+    let store = harness.open().await;
+    let (item, other) = (media(1), media(2));
+    let region = RegionId(Uuid::from_u128(77));
+    let media_state = |operation, target: MediaId, kind, status, priority, available_at| {
+        upsert(Row::ProcessingState(state(
+            operation,
+            TargetType::Media,
+            target.0,
+            kind,
+            status,
+            priority,
+            available_at,
+        )))
+    };
+    use OperationStatus::{Queued, RetryWaiting, Succeeded};
+    write_rows(
+        &store,
+        vec![
+            upsert(Row::Media(media_row(item))),
+            upsert(Row::Media(media_row(other))),
+            upsert(Row::Region(region_row(region, item))),
+            media_state(1, item, "metadata", Queued, 0, 30),
+            media_state(2, item, "thumbnail", Queued, 5, 50),
+            media_state(3, other, "metadata", RetryWaiting, 0, 10),
+            // Due later than `now`: not offered.
+            media_state(4, other, "thumbnail", Queued, 9, 500),
+            // Not claimable whatever its time.
+            media_state(5, item, "perceptual_hash", Succeeded, 9, 0),
+            upsert(Row::ProcessingState(state(
+                6,
+                TargetType::Region,
+                region.0,
+                "crop_embedding",
+                Queued,
+                5,
+                20,
+            ))),
+        ],
+    )
+    .await
+    .unwrap();
+    let claimable = |kinds: Vec<&str>, limit: usize| {
+        let store = store.clone();
+        let query = ClaimQuery {
+            kinds: kinds.into_iter().map(String::from).collect(),
+            statuses: CLAIMABLE_STATUSES,
+            now: at(100),
+            limit,
+        };
+        async move {
+            store
+                .write(move |tx: &mut <H::Store as Store>::Tx| Box::pin(async move { tx.claimable(&query).await }))
+                .await
+                .unwrap()
+        }
+    };
+    // Priority first (5, 5, 0, 0), then the longest waiting, across both tables.
+    assert_eq!(operation_ids(&claimable(vec![], 10).await), vec![6, 2, 3, 1]);
+    assert_eq!(operation_ids(&claimable(vec!["metadata"], 10).await), vec![3, 1]);
+    assert_eq!(
+        operation_ids(&claimable(vec!["thumbnail", "crop_embedding"], 10).await),
+        vec![6, 2]
+    );
+    assert_eq!(operation_ids(&claimable(vec![], 2).await), vec![6, 2]);
+    assert!(claimable(vec!["auto_tagging"], 10).await.is_empty());
+}
+
+pub async fn leases_round_trip_and_expired_claims_honour_extended_leases<H: Harness>(harness: &H) {
+    let store = harness.open().await;
+    let item = media(1);
+    let held = |operation, kind, token, lease_ends| {
+        Row::ProcessingState(claimed(
+            state(
+                operation,
+                TargetType::Media,
+                item.0,
+                kind,
+                OperationStatus::Queued,
+                0,
+                0,
+            ),
+            token,
+            lease_ends,
+        ))
+    };
+    write_rows(
+        &store,
+        vec![
+            upsert(Row::Media(media_row(item))),
+            upsert(held(1, "metadata", "token-a", 50)),
+            upsert(held(2, "thumbnail", "token-b", 50)),
+            upsert(held(3, "perceptual_hash", "token-c", 500)),
+        ],
+    )
+    .await
+    .unwrap();
+    let lease = |token: &str, operation: u128, ends: i64| Lease {
+        claim_token: token.into(),
+        operation_id: OperationId(Uuid::from_u128(operation)),
+        worker: "worker".into(),
+        heartbeat_at: at(10),
+        lease_expires_at: at(ends),
+        phase: Some("reading".into()),
+        processed: Some(3),
+        total: None,
+        progressed_at: Some(at(10)),
+        progress_unrecorded: true,
+    };
+    // token-b's heartbeat extended its lease past `now`; token-a's did not.
+    let leases = vec![
+        lease("token-a", 1, 50),
+        lease("token-b", 2, 300),
+        lease("token-c", 3, 500),
+    ];
+    let written = leases.clone();
+    store
+        .write(move |tx: &mut <H::Store as Store>::Tx| {
+            Box::pin(async move {
+                for lease in &written {
+                    tx.put_lease(lease).await?;
+                }
+                // Read back inside the same transaction.
+                let found = tx.lease("token-b").await?;
+                assert_eq!(found.as_ref(), Some(&written[1]));
+                let mut many = tx
+                    .leases(&["token-c".to_string(), "nobody".to_string(), "token-a".to_string()])
+                    .await?;
+                many.sort_by(|left, right| left.claim_token.cmp(&right.claim_token));
+                assert_eq!(many, vec![written[0].clone(), written[2].clone()]);
+                Ok::<_, StoreError>(())
+            })
+        })
+        .await
+        .unwrap();
+    assert_eq!(store.lease("token-a").await.unwrap(), Some(leases[0].clone()));
+    assert_eq!(store.lease("nobody").await.unwrap(), None);
+
+    let expired = store.expired_claims(at(100), 10).await.unwrap();
+    let tokens: Vec<&str> = expired.iter().map(|claim| claim.claim_token.as_str()).collect();
+    assert_eq!(tokens, vec!["token-a"], "only the claim whose extended lease ended");
+    assert_eq!(expired[0].lease_expires_at, at(50));
+    assert_eq!(expired[0].operation_id, OperationId(Uuid::from_u128(1)));
+    assert_eq!(store.expired_claims(at(1_000), 10).await.unwrap().len(), 3);
+    assert_eq!(
+        store.expired_claims(at(1_000), 2).await.unwrap().len(),
+        2,
+        "the limit holds"
+    );
+
+    store
+        .write(move |tx: &mut <H::Store as Store>::Tx| Box::pin(async move { tx.delete_lease("token-a").await }))
+        .await
+        .unwrap();
+    assert_eq!(store.lease("token-a").await.unwrap(), None);
+}
+
+pub async fn rows_are_found_by_non_key_columns<H: Harness>(harness: &H) {
+    let store = harness.open().await;
+    let (first, second, third) = (media(1), media(2), media(3));
+    let row = |operation, target: MediaId, kind| {
+        Row::ProcessingState(state(
+            operation,
+            TargetType::Media,
+            target.0,
+            kind,
+            OperationStatus::Queued,
+            0,
+            0,
+        ))
+    };
+    write_rows(
+        &store,
+        vec![
+            upsert(Row::Media(media_row(first))),
+            upsert(Row::Media(media_row(second))),
+            upsert(Row::Media(media_row(third))),
+            upsert(row(1, first, "metadata")),
+            upsert(row(2, first, "thumbnail")),
+            upsert(row(3, second, "metadata")),
+            upsert(row(4, third, "metadata")),
+        ],
+    )
+    .await
+    .unwrap();
+    let found = store
+        .find_rows(
+            &MEDIA_STATES_TABLE,
+            &[
+                ("media_id", Cell::Uuid(first.0)),
+                ("task_kind", Cell::Text("thumbnail".into())),
+            ],
+            10,
+        )
+        .await
+        .unwrap();
+    assert_eq!(operation_ids(&found), vec![2]);
+    let targets = vec![Cell::Uuid(first.0), Cell::Uuid(third.0)];
+    let found = store
+        .write(move |tx: &mut <H::Store as Store>::Tx| {
+            Box::pin(async move { tx.find_rows_in(&MEDIA_STATES_TABLE, "media_id", &targets).await })
+        })
+        .await
+        .unwrap();
+    assert_eq!(operation_ids(&found), vec![1, 2, 4]);
+    let unknown = store
+        .find_rows(&MEDIA_STATES_TABLE, &[("no_such_column", Cell::Null)], 1)
+        .await;
+    assert_eq!(unknown.unwrap_err().kind, ErrorKind::Constraint);
+}
+
+pub async fn processing_state_constraints_are_enforced_by_the_database<H: Harness>(harness: &H) {
+    let store = harness.open().await;
+    let (item, ghost) = (media(1), media(2));
+    let region = RegionId(Uuid::from_u128(5));
+    write_rows(
+        &store,
+        vec![
+            upsert(Row::Media(media_row(item))),
+            upsert(Row::Region(region_row(region, item))),
+        ],
+    )
+    .await
+    .unwrap();
+    let base = state(1, TargetType::Media, item.0, "metadata", OperationStatus::Queued, 0, 0);
+    let refused = [
+        // A target that does not exist (the foreign key).
+        ("a missing media item", {
+            let mut row = base.clone();
+            row.target_id = ghost.0;
+            row
+        }),
+        // A claimed status without a claim.
+        ("a leased row without a token", {
+            let mut row = base.clone();
+            row.status = OperationStatus::Leased;
+            row
+        }),
+        // A claim on an unclaimed status.
+        ("a queued row with a token", {
+            let mut row = claimed(base.clone(), "token", 10);
+            row.status = OperationStatus::Queued;
+            row
+        }),
+        // A kind that runs on regions, in the media table.
+        ("a region kind on a media item", {
+            let mut row = base.clone();
+            row.task_kind = "crop_embedding".into();
+            row
+        }),
+    ];
+    for (what, row) in refused {
+        let error = write_rows(&store, vec![upsert(Row::ProcessingState(row))])
+            .await
+            .unwrap_err();
+        assert_eq!(error.kind, ErrorKind::Constraint, "{what}: {error}");
+    }
+    // One state per (target, kind).
+    write_rows(&store, vec![upsert(Row::ProcessingState(base.clone()))])
+        .await
+        .unwrap();
+    let mut twin = base.clone();
+    twin.operation_id = OperationId(Uuid::from_u128(2));
+    let error = write_rows(&store, vec![upsert(Row::ProcessingState(twin))])
+        .await
+        .unwrap_err();
+    // A unique key taken is a Conflict, as on the log: two writers raced to
+    // create the same thing, and the loser may read again and retry.
+    assert_eq!(error.kind, ErrorKind::Conflict, "{error}");
+    // The status vocabulary is the database's too, not only the typed row's.
+    harness
+        .execute_raw(&format!(
+            "UPDATE media_processing_states SET status = 'done' WHERE operation_id = '{}'",
+            base.operation_id
+        ))
+        .await
+        .expect_err("a status outside the vocabulary is refused");
+    // Removing the item removes its states, its regions and theirs.
+    let region_state = state(
+        3,
+        TargetType::Region,
+        region.0,
+        "crop_embedding",
+        OperationStatus::Queued,
+        0,
+        0,
+    );
+    write_rows(&store, vec![upsert(Row::ProcessingState(region_state))])
+        .await
+        .unwrap();
+    write_rows(&store, vec![(Row::Media(media_row(item)).key(), None)])
+        .await
+        .unwrap();
+    for table in [&MEDIA_STATES_TABLE, &REGION_STATES_TABLE] {
+        assert_eq!(store.count_rows(table).await.unwrap(), 0, "{} cascaded", table.name);
     }
 }
