@@ -299,12 +299,41 @@ impl<S: Store> Engine<S> {
                             _ => return Err(EngineError::not_found("region", region_id)),
                         }
                     }
-                    let appends = vec![StreamAppend {
+                    // Removing a target ends its unfinished tasks first, in the
+                    // same transaction: their states go with the target (cascade),
+                    // and an operation left queued or leased would wait forever.
+                    let mut appends = match &event {
+                        Event::MediaRemoved(removed) => {
+                            crate::work::cancel_tasks_of_removed_target(
+                                tx,
+                                &mut rows,
+                                media_id,
+                                None,
+                                &stamp,
+                                &format!("media removed: {}", removed.reason),
+                            )
+                            .await?
+                        }
+                        Event::RegionRemoved(removed) => {
+                            crate::work::cancel_tasks_of_removed_target(
+                                tx,
+                                &mut rows,
+                                media_id,
+                                Some(removed.region_id),
+                                &stamp,
+                                &format!("region removed: {}", removed.reason),
+                            )
+                            .await?
+                        }
+                        _ => Vec::new(),
+                    };
+                    appends.push(StreamAppend {
                         stream_id: StreamId::media(media_id),
                         expected: ExpectedVersion::Exactly(media.version),
                         events: vec![stamp.event(event)],
-                    }];
-                    commit_appends(tx, &mut rows, appends).await.map(single)
+                    });
+                    let mut envelopes = commit_appends(tx, &mut rows, appends).await?;
+                    Ok(envelopes.pop().expect("the media event was appended last"))
                 })
             })
             .await

@@ -1227,3 +1227,63 @@ fn target_values_of(
     }
     Ok((media_id, region_id, values))
 }
+
+/// The appends that cancel every unfinished task of a target about to be
+/// removed (a media item with its regions, or one region), and the removal
+/// of their lease rows: a worker holding one finds its claim lost at its
+/// next heartbeat and stops without reporting.
+pub(crate) async fn cancel_tasks_of_removed_target<T: WriteTx>(
+    tx: &mut T,
+    rows: &mut WorkingSet,
+    media_id: MediaId,
+    region_id: Option<RegionId>,
+    stamp: &crate::commands::Stamp,
+    reason: &str,
+) -> Result<Vec<StreamAppend>, EngineError> {
+    let mut states = Vec::new();
+    let region_ids: Vec<Cell> = match region_id {
+        Some(region_id) => vec![Cell::Uuid(region_id.0)],
+        None => {
+            states.extend(
+                tx.find_rows_in(state_table(TargetType::Media), "media_id", &[Cell::Uuid(media_id.0)])
+                    .await?,
+            );
+            tx.find_rows_in(&REGIONS_TABLE, "media_id", &[Cell::Uuid(media_id.0)])
+                .await?
+                .into_iter()
+                .filter_map(|row| match row {
+                    Row::Region(region) => Some(Cell::Uuid(region.region_id.0)),
+                    _ => None,
+                })
+                .collect()
+        }
+    };
+    if !region_ids.is_empty() {
+        states.extend(
+            tx.find_rows_in(state_table(TargetType::Region), "region_id", &region_ids)
+                .await?,
+        );
+    }
+    let mut appends = Vec::new();
+    for row in states {
+        let Row::ProcessingState(state) = row else {
+            continue;
+        };
+        rows.insert_loaded(
+            state_key(state.target_type, state.operation_id),
+            Some(Row::ProcessingState(state.clone())),
+        );
+        if state.status.is_terminal() {
+            continue;
+        }
+        if let Some(token) = &state.claim_token {
+            tx.delete_lease(token).await?;
+        }
+        let event = Event::OperationCancelled(opledger_domain::events::OperationReason {
+            operation_id: state.operation_id,
+            reason: reason.to_string(),
+        });
+        appends.push(single_append(&state, vec![stamp.event(event)]));
+    }
+    Ok(appends)
+}

@@ -378,3 +378,87 @@ async fn work_protocol_commands_run_on_spawned_tasks() {
     let (e, c) = (engine.clone(), context.clone());
     tokio::spawn(async move { e.recover(&c).await }).await.unwrap().unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn removing_a_media_item_cancels_its_unfinished_tasks_and_ends_their_claims() {
+    let folder = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(SqliteConfig::at(folder.path().join("remove.db")))
+        .await
+        .unwrap();
+    let (engine, _) = Engine::open(store).await.unwrap();
+    let context = CommandContext::actor("test");
+    let media = engine
+        .register_media(&context, "/r/1.png", "image", Some("sha256:1".into()), None)
+        .await
+        .unwrap();
+    let region = engine
+        .add_region(
+            &context,
+            media,
+            opledger_domain::events::BoundingBox {
+                x: 0,
+                y: 0,
+                width: 5,
+                height: 5,
+            },
+            1,
+        )
+        .await
+        .unwrap();
+    let mut operations = Vec::new();
+    for (target, kind, inputs) in [
+        (TaskTarget::Media(media), "metadata", json!({})),
+        (
+            TaskTarget::Media(media),
+            "thumbnail",
+            json!({"max_side": 64, "format": "png"}),
+        ),
+        (
+            TaskTarget::Region(region),
+            "crop_embedding",
+            json!({"model": "m", "model_revision": "1", "embedding_version": "1"}),
+        ),
+    ] {
+        let outcome = engine
+            .request_task(
+                &context,
+                TaskRequest {
+                    target,
+                    kind: kind.into(),
+                    inputs,
+                    priority: 0,
+                },
+            )
+            .await
+            .unwrap();
+        operations.push(outcome.operation_id);
+    }
+    let claim = engine
+        .claim_tasks(
+            &context,
+            ClaimRequest {
+                kinds: vec!["metadata".into()],
+                worker: "w".into(),
+                lease_ms: 60_000,
+                limit: 1,
+            },
+        )
+        .await
+        .unwrap()
+        .remove(0);
+    engine.remove_media(&context, media, "deleted on disk").await.unwrap();
+    for operation_id in &operations {
+        let row = engine.operation(*operation_id).await.unwrap();
+        assert_eq!(row.status, OperationStatus::Cancelled, "{operation_id}");
+        assert!(row.status_reason.unwrap().contains("media removed"));
+        assert!(
+            engine.task_by_operation(*operation_id).await.unwrap().is_none(),
+            "state cascaded"
+        );
+    }
+    // The claim ended with its target: the worker hears so at its heartbeat.
+    assert!(engine.store().lease(&claim.claim_token).await.unwrap().is_none());
+    assert!(engine.heartbeat(&claim.fence(), None).await.is_err());
+    let verify = engine.verify().await.unwrap();
+    assert!(verify.is_identical(), "{}", verify.render());
+}
