@@ -41,8 +41,12 @@ CREATE TABLE {{t:media_processing_states}} (
     CHECK (output IS NULL OR completed_revision IS NOT NULL)
 ) WITHOUT ROWID;
 
--- Claims: the claimable rows only, in claim order, per kind.
+-- Claims: the claimable rows only, in claim order, per kind (claims that
+-- name kinds) and across kinds (claims that take any), so a claim reads the
+-- head of the queue instead of sorting all of it.
 CREATE INDEX {{t:media_processing_states}}_claimable ON {{r:media_processing_states}} (task_kind, priority DESC, available_at, operation_id)
+    WHERE status IN ('queued', 'retry_waiting');
+CREATE INDEX {{t:media_processing_states}}_claimable_any ON {{r:media_processing_states}} (priority DESC, available_at, operation_id)
     WHERE status IN ('queued', 'retry_waiting');
 -- Recovery: held claims by the lease their claim granted.
 CREATE INDEX {{t:media_processing_states}}_claimed ON {{r:media_processing_states}} (lease_expires_at) WHERE claim_token IS NOT NULL;
@@ -88,8 +92,12 @@ CREATE TABLE {{t:region_processing_states}} (
     CHECK (output IS NULL OR completed_revision IS NOT NULL)
 ) WITHOUT ROWID;
 
--- Claims: the claimable rows only, in claim order, per kind.
+-- Claims: the claimable rows only, in claim order, per kind (claims that
+-- name kinds) and across kinds (claims that take any), so a claim reads the
+-- head of the queue instead of sorting all of it.
 CREATE INDEX {{t:region_processing_states}}_claimable ON {{r:region_processing_states}} (task_kind, priority DESC, available_at, operation_id)
+    WHERE status IN ('queued', 'retry_waiting');
+CREATE INDEX {{t:region_processing_states}}_claimable_any ON {{r:region_processing_states}} (priority DESC, available_at, operation_id)
     WHERE status IN ('queued', 'retry_waiting');
 -- Recovery: held claims by the lease their claim granted.
 CREATE INDEX {{t:region_processing_states}}_claimed ON {{r:region_processing_states}} (lease_expires_at) WHERE claim_token IS NOT NULL;

@@ -14,6 +14,16 @@ pub enum Synchronous {
     Normal,
 }
 
+impl Synchronous {
+    /// The value of `PRAGMA synchronous`, as sqlx sends it for the same setting.
+    pub(crate) fn pragma_value(self) -> &'static str {
+        match self {
+            Synchronous::Full => "FULL",
+            Synchronous::Normal => "NORMAL",
+        }
+    }
+}
+
 impl From<Synchronous> for sqlx::sqlite::SqliteSynchronous {
     fn from(value: Synchronous) -> Self {
         match value {

@@ -1,5 +1,8 @@
 //! SQLite error codes mapped to the neutral [`ErrorKind`]s. This is the only
 //! place that knows SQLite's codes; nothing above the store compares them.
+//! Both drivers of this crate (sqlx for the read pool, rusqlite for the
+//! writer thread) come through here, so one code means one kind whichever
+//! connection reported it.
 
 use opledger_store::{ErrorKind, StoreError};
 
@@ -43,6 +46,29 @@ pub fn map(error: sqlx::Error, context: &str) -> StoreError {
     StoreError::new(kind, format!("{context}: {error}"))
 }
 
+/// Maps an error of the writer's own connection (rusqlite) to a neutral
+/// store error, by the same codes as [`map`]: both drivers report SQLite's
+/// extended result code, and nothing above the store can tell which one ran.
+pub fn map_direct(error: rusqlite::Error, context: &str) -> StoreError {
+    use rusqlite::Error;
+    let (kind, code) = match &error {
+        Error::SqliteFailure(failure, _) => (kind_of(failure.extended_code), Some(failure.extended_code)),
+        Error::QueryReturnedNoRows => (ErrorKind::NotFound, None),
+        // A stored value of the wrong type or shape, as sqlx's decode errors.
+        Error::FromSqlConversionFailure(..)
+        | Error::IntegralValueOutOfRange(..)
+        | Error::Utf8Error(_)
+        | Error::InvalidColumnType(..)
+        | Error::InvalidColumnIndex(_)
+        | Error::InvalidColumnName(_) => (ErrorKind::Corrupt, None),
+        _ => (ErrorKind::Unavailable, None),
+    };
+    match code {
+        Some(code) => StoreError::new(kind, format!("{context}: {error} (SQLite code {code})")),
+        None => StoreError::new(kind, format!("{context}: {error}")),
+    }
+}
+
 pub(crate) fn kind_of(code: i32) -> ErrorKind {
     match code {
         SQLITE_CONSTRAINT_UNIQUE | SQLITE_CONSTRAINT_PRIMARYKEY => ErrorKind::Conflict,
@@ -77,5 +103,38 @@ mod tests {
         assert_eq!(kind_of(517), ErrorKind::Unavailable); // SQLITE_BUSY_SNAPSHOT
         assert_eq!(kind_of(SQLITE_FULL), ErrorKind::Unavailable);
         assert_eq!(kind_of(SQLITE_CORRUPT), ErrorKind::Corrupt);
+        assert_eq!(kind_of(SQLITE_CONSTRAINT_TRIGGER), ErrorKind::Conflict);
+        assert_eq!(kind_of(SQLITE_CONSTRAINT_NOTNULL), ErrorKind::Constraint);
+        assert_eq!(kind_of(SQLITE_NOTADB), ErrorKind::Corrupt);
+        assert_eq!(kind_of(SQLITE_LOCKED), ErrorKind::Unavailable);
+        assert_eq!(kind_of(522), ErrorKind::Unavailable); // SQLITE_IOERR_SHORT_READ
+    }
+
+    /// The writer's driver reports the same codes and so the same kinds.
+    #[test]
+    fn rusqlite_errors_map_like_sqlx_errors() {
+        let connection = rusqlite::Connection::open_in_memory().unwrap();
+        connection
+            .execute_batch(
+                "PRAGMA foreign_keys = ON; \
+                 CREATE TABLE parent (id INTEGER PRIMARY KEY); \
+                 CREATE TABLE child (id INTEGER PRIMARY KEY, parent INTEGER NOT NULL REFERENCES parent (id), \
+                 n INTEGER CHECK (n > 0), u TEXT UNIQUE); \
+                 INSERT INTO parent VALUES (1); INSERT INTO child VALUES (1, 1, 1, 'a');",
+            )
+            .unwrap();
+        let kind = |sql: &str| map_direct(connection.execute_batch(sql).unwrap_err(), sql).kind;
+        assert_eq!(kind("INSERT INTO parent VALUES (1)"), ErrorKind::Conflict);
+        assert_eq!(kind("INSERT INTO child VALUES (2, 1, 1, 'a')"), ErrorKind::Conflict);
+        assert_eq!(kind("INSERT INTO child VALUES (2, 9, 1, 'b')"), ErrorKind::Constraint);
+        assert_eq!(kind("INSERT INTO child VALUES (2, 1, 0, 'b')"), ErrorKind::Constraint);
+        assert_eq!(
+            kind("INSERT INTO child VALUES (2, NULL, 1, 'b')"),
+            ErrorKind::Constraint
+        );
+        let decoded = connection.query_row("SELECT 'text'", [], |row| row.get::<_, i64>(0));
+        assert_eq!(map_direct(decoded.unwrap_err(), "decoding").kind, ErrorKind::Corrupt);
+        let missing = connection.query_row("SELECT 1 WHERE 0", [], |row| row.get::<_, i64>(0));
+        assert_eq!(map_direct(missing.unwrap_err(), "reading").kind, ErrorKind::NotFound);
     }
 }

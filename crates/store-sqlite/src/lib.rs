@@ -1,21 +1,26 @@
 //! The SQLite backend of opledger, the embedded default: one database file,
 //! WAL, durable commits (`synchronous=FULL` unless the URL opts out).
 //!
-//! All writes of a process go through one writer connection owned by a task
-//! that groups whatever work is waiting into one transaction (group commit):
-//! each piece runs in its own savepoint and succeeds or fails on its own, and
-//! every piece is acknowledged only after the shared COMMIT is durable. Reads
-//! use a separate pool, which WAL never blocks. Writers in other processes are
-//! waited for (`BEGIN IMMEDIATE` with a long busy timeout) rather than
-//! surfacing "database is locked".
+//! All writes of a process go through one writer connection, owned by a
+//! dedicated OS thread (rusqlite) that groups whatever work is waiting into
+//! one transaction (group commit): each piece runs in its own savepoint and
+//! succeeds or fails on its own, and every piece is acknowledged only after
+//! the shared COMMIT is durable. Each piece runs on that thread, calling
+//! SQLite directly, so a statement costs no handoff between threads; the
+//! only handoffs are the work going in and the answer coming out (see
+//! `writer.rs`). Reads use a separate sqlx pool, which WAL never blocks; the
+//! migrations, replay's scratch copy and the benchmark floor stay on sqlx
+//! too. Writers in other processes are waited for (`BEGIN IMMEDIATE` with a
+//! long busy timeout) rather than surfacing "database is locked".
 //!
 //! This crate must not know business rules: it stores events and the rows
-//! that the domain's folds computed, and maps SQLite's error codes to the
-//! neutral kinds of `opledger-store` (see `error.rs`, the only place that
-//! knows them).
+//! that the domain's folds computed, and maps SQLite's error codes, from
+//! either driver, to the neutral kinds of `opledger-store` (see `error.rs`,
+//! the only place that knows them).
 
 mod config;
 mod ddl;
+mod direct;
 mod error;
 pub mod floor;
 mod raw;
@@ -43,7 +48,7 @@ use tokio::sync::{mpsc, oneshot};
 /// reporting the database unavailable.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// A handle to one SQLite database. Cheap to clone; the writer task lives
+/// A handle to one SQLite database. Cheap to clone; the writer thread lives
 /// until the last clone is dropped.
 #[derive(Clone)]
 pub struct SqliteStore {
@@ -70,8 +75,15 @@ impl SqliteStore {
             }
         }
         migrate(&config).await?;
-        let mut writer_connection = connect(&config, true).await?;
-        tx::ensure_projection_tables(&mut writer_connection).await?;
+        // The writer thread opens its connection and creates missing
+        // projection tables before it takes work; waiting for it here keeps
+        // a failure to open a failure of `open`.
+        let (sender, receiver) = mpsc::channel(4096);
+        let writer_config = config.clone();
+        let ready = writer::start(move || open_writer(&writer_config), receiver)?;
+        ready
+            .await
+            .map_err(|_| StoreError::unavailable("the SQLite writer thread stopped while opening"))??;
 
         let readers = SqlitePoolOptions::new()
             .max_connections(config.read_connections)
@@ -81,8 +93,6 @@ impl SqliteStore {
             .await
             .map_err(|error| error::map(error, "opening the read pool"))?;
 
-        let (sender, receiver) = mpsc::channel(4096);
-        tokio::spawn(writer::run(SqliteTx::new(writer_connection), receiver));
         Ok(SqliteStore {
             inner: Arc::new(Inner {
                 config,
@@ -119,6 +129,36 @@ fn connect_options(config: &SqliteConfig, writable: bool) -> SqliteConnectOption
         // Readers must never write; the pragma makes a stray write an error.
         options.pragma("query_only", "ON")
     }
+}
+
+/// Opens the writer's own connection (rusqlite, on the writer thread) with
+/// exactly what [`connect_options`] gives a writable sqlx connection: the
+/// same open flags, busy timeout, and pragmas in sqlx's order. Then creates
+/// the tables of projections the database does not have yet.
+fn open_writer(config: &SqliteConfig) -> Result<rusqlite::Connection, StoreError> {
+    use rusqlite::OpenFlags;
+    let opening = format!("opening {}", config.path.display());
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+        | OpenFlags::SQLITE_OPEN_CREATE
+        | OpenFlags::SQLITE_OPEN_URI
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        | OpenFlags::SQLITE_OPEN_PRIVATE_CACHE;
+    let connection = rusqlite::Connection::open_with_flags(&config.path, flags)
+        .map_err(|error| error::map_direct(error, &opening))?;
+    connection
+        .busy_timeout(BUSY_TIMEOUT)
+        .map_err(|error| error::map_direct(error, &opening))?;
+    // Every statement the writer runs is kept prepared; the set is small
+    // but varies with the number of rows per statement.
+    connection.set_prepared_statement_cache_capacity(1024);
+    connection
+        .execute_batch(&format!(
+            "PRAGMA journal_mode = WAL; PRAGMA foreign_keys = ON; PRAGMA synchronous = {};",
+            config.synchronous.pragma_value()
+        ))
+        .map_err(|error| error::map_direct(error, &opening))?;
+    tx::ensure_projection_tables(&connection)?;
+    Ok(connection)
 }
 
 async fn connect(config: &SqliteConfig, writable: bool) -> Result<SqliteConnection, StoreError> {
@@ -348,4 +388,47 @@ impl Store for SqliteStore {
 /// Closes a connection, ignoring errors: it is being dropped anyway.
 pub(crate) async fn close_quietly(connection: SqliteConnection) {
     let _ = connection.close().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The writer's own connection is configured exactly as a writable sqlx
+    /// connection would be: same journal, durability, foreign keys, timeout.
+    #[tokio::test]
+    async fn writer_connection_has_the_sqlx_writers_settings() {
+        let folder = tempfile::tempdir().unwrap();
+        for synchronous in [Synchronous::Full, Synchronous::Normal] {
+            let mut config = SqliteConfig::at(folder.path().join("pragmas.db"));
+            config.synchronous = synchronous;
+            migrate(&config).await.unwrap();
+            let mut through_sqlx = connect(&config, true).await.unwrap();
+            let writer = open_writer(&config).unwrap();
+            for pragma in [
+                "journal_mode",
+                "synchronous",
+                "foreign_keys",
+                "busy_timeout",
+                "locking_mode",
+            ] {
+                let sql = format!("PRAGMA {pragma}");
+                let row = sqlx::query(&sql).fetch_one(&mut through_sqlx).await.unwrap();
+                let expected = match row.try_get::<i64, _>(0) {
+                    Ok(number) => number.to_string(),
+                    Err(_) => row.get::<String, _>(0),
+                };
+                let actual = writer
+                    .query_row(&sql, [], |row| {
+                        Ok(match row.get_ref(0)? {
+                            rusqlite::types::ValueRef::Integer(number) => number.to_string(),
+                            other => other.as_str()?.to_string(),
+                        })
+                    })
+                    .unwrap();
+                assert_eq!(actual, expected, "PRAGMA {pragma} with {synchronous:?}");
+            }
+            close_quietly(through_sqlx).await;
+        }
+    }
 }

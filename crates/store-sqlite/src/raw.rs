@@ -1,6 +1,7 @@
 //! Bulk paths that step prepared statements directly on the connection's
 //! SQLite handle, which sqlx lends out with `lock_handle`: the log scan
-//! (replay, catch-up, `read_all`) and bulk row writes (replay into scratch).
+//! (replay, `read_all`) and bulk row writes (replay into scratch). The
+//! writer needs none of this: it owns a plain connection (`direct.rs`).
 //!
 //! Through the driver, every row travels between SQLite's thread and ours
 //! and every parameter is copied twice; for a replay of a million events

@@ -1,20 +1,21 @@
 //! The writer's transaction: appends, projection rows, positions, shadows.
+//!
+//! Every method is a direct call into SQLite on the writer thread's own
+//! connection (`direct.rs`): the `async fn`s the store traits ask for finish
+//! without ever waiting, so the writer polls a piece of work to completion
+//! in one go. Writes run at once, so every read sees the piece's own writes.
 
 use crate::ddl::{self, Copy, SHADOW_SUFFIX};
-use crate::error::map;
-use crate::rows;
+use crate::direct;
 use opledger_domain::projections::{all_specs, Cell, ProjectionSpec, Row, RowKey, TableSpec};
 use opledger_domain::EventEnvelope;
 use opledger_store::{ClaimQuery, ExpectedVersion, Lease, RowTarget, StoreError, StreamAppend, TableSet, WriteTx};
-use sqlx::{Row as _, SqliteConnection};
+use rusqlite::Connection;
 use std::collections::BTreeMap;
-
-/// Rows per multi-row INSERT into the log (10 parameters each).
-const EVENTS_PER_STATEMENT: usize = 90;
 
 /// The writer connection while it holds a transaction.
 pub struct SqliteTx {
-    connection: SqliteConnection,
+    connection: Connection,
     /// The log head as of this transaction, once read.
     head: Option<i64>,
     /// Every projection's (version, position) as of this transaction, once
@@ -22,9 +23,10 @@ pub struct SqliteTx {
     /// transaction can change them until it commits.
     positions: Option<BTreeMap<String, (i64, i64)>>,
     tables: TableSet,
-    /// Writes gathered since the last read, sent in one round trip before
-    /// the next read, the position update, or the end of the piece of work.
-    pending: rows::Batch,
+    /// The first failed write of the current piece of work. The piece fails
+    /// with it even if the work went on regardless, as it did when writes
+    /// were gathered and sent at the end of the piece.
+    failed: Option<StoreError>,
 }
 
 /// What `restore` needs to undo a rolled-back piece of work's cached state.
@@ -34,22 +36,28 @@ pub(crate) struct Checkpoint {
 }
 
 impl SqliteTx {
-    pub(crate) fn new(connection: SqliteConnection) -> Self {
+    pub(crate) fn new(connection: Connection) -> Self {
         SqliteTx {
             connection,
             head: None,
             positions: None,
             tables: TableSet::Live,
-            pending: rows::Batch::default(),
+            failed: None,
         }
     }
 
-    pub(crate) fn connection(&mut self) -> &mut SqliteConnection {
-        &mut self.connection
+    /// Runs one parameterless statement: the writer's transaction and
+    /// savepoint control.
+    pub(crate) fn execute(&self, sql: &str) -> Result<(), StoreError> {
+        direct::execute(&self.connection, sql)
     }
 
-    pub(crate) fn into_connection(self) -> SqliteConnection {
-        self.connection
+    /// Rolls back whatever transaction is open; errors are moot, the
+    /// transaction is being abandoned either way.
+    pub(crate) fn rollback_quietly(&self) {
+        if !self.connection.is_autocommit() {
+            let _ = self.execute("ROLLBACK");
+        }
     }
 
     /// Forgets cached state at the start of a transaction: another process
@@ -58,10 +66,12 @@ impl SqliteTx {
         self.head = None;
         self.positions = None;
         self.tables = TableSet::Live;
+        self.failed = None;
     }
 
     pub(crate) fn checkpoint(&mut self) -> Checkpoint {
         self.tables = TableSet::Live;
+        self.failed = None;
         Checkpoint {
             head: self.head,
             positions: self.positions.clone(),
@@ -72,22 +82,23 @@ impl SqliteTx {
         self.head = checkpoint.head;
         self.positions = checkpoint.positions;
         self.tables = TableSet::Live;
-        self.pending.clear();
+        self.failed = None;
     }
 
-    /// Adds a parameterless statement to the gathered writes (savepoint
-    /// bookkeeping rides along with a piece's last flush).
-    pub(crate) fn defer(&mut self, sql: &str) {
-        self.pending.push(sql, |_| {});
-    }
-
-    /// Sends the gathered writes. Every read calls this first, so a piece of
-    /// work always reads its own writes.
-    pub(crate) async fn flush(&mut self) -> Result<(), StoreError> {
-        if self.pending.is_empty() {
-            return Ok(());
+    /// The failed write of the piece that just ran, if any.
+    pub(crate) fn take_failure(&mut self) -> Result<(), StoreError> {
+        match self.failed.take() {
+            Some(error) => Err(error),
+            None => Ok(()),
         }
-        self.pending.run(&mut self.connection, "writing to the database").await
+    }
+
+    /// Passes a write's result on, remembering a failure for the end of the piece.
+    fn wrote(&mut self, result: Result<(), StoreError>) -> Result<(), StoreError> {
+        if let Err(error) = &result {
+            self.failed.get_or_insert_with(|| error.clone());
+        }
+        result
     }
 
     fn copy(&self) -> Copy<'static> {
@@ -97,112 +108,68 @@ impl SqliteTx {
         }
     }
 
-    async fn current_head(&mut self) -> Result<i64, StoreError> {
+    fn current_head(&mut self) -> Result<i64, StoreError> {
         if let Some(head) = self.head {
             return Ok(head);
         }
-        self.flush().await?;
-        let head = sqlx::query_scalar::<_, i64>("SELECT COALESCE(MAX(seq), 0) FROM media_operation_events")
-            .fetch_one(&mut self.connection)
-            .await
-            .map_err(|error| map(error, "reading the log head"))?;
+        let head = direct::select_optional::<i64>(
+            &self.connection,
+            "SELECT COALESCE(MAX(seq), 0) FROM media_operation_events",
+            &[],
+            "reading the log head",
+        )?
+        .unwrap_or(0);
         self.head = Some(head);
         Ok(head)
     }
 
     /// Every projection's (version, position), from the cache or the database.
-    async fn projection_positions(&mut self) -> Result<BTreeMap<String, (i64, i64)>, StoreError> {
-        if let Some(positions) = &self.positions {
-            return Ok(positions.clone());
+    fn projection_positions(&mut self) -> Result<&BTreeMap<String, (i64, i64)>, StoreError> {
+        if self.positions.is_none() {
+            let mut positions = BTreeMap::new();
+            direct::select(
+                &self.connection,
+                "SELECT name, version, position FROM projection_positions",
+                &[],
+                "reading projection positions",
+                |row| {
+                    let read = (|| Ok::<_, rusqlite::Error>((row.get(0)?, (row.get(1)?, row.get(2)?))))();
+                    let (name, entry) =
+                        read.map_err(|error| crate::error::map_direct(error, "reading projection positions"))?;
+                    positions.insert(name, entry);
+                    Ok(())
+                },
+            )?;
+            self.positions = Some(positions);
         }
-        self.flush().await?;
-        let rows: Vec<(String, i64, i64)> = sqlx::query_as("SELECT name, version, position FROM projection_positions")
-            .fetch_all(&mut self.connection)
-            .await
-            .map_err(|error| map(error, "reading projection positions"))?;
-        let positions: BTreeMap<String, (i64, i64)> = rows
-            .into_iter()
-            .map(|(name, version, position)| (name, (version, position)))
-            .collect();
-        self.positions = Some(positions.clone());
-        Ok(positions)
+        Ok(self.positions.get_or_insert_with(BTreeMap::new))
     }
 
-    /// The current version of each stream (absent: 0), and the log head,
-    /// read together in as few round trips as possible.
-    async fn stream_versions(&mut self, streams: &[&str]) -> Result<BTreeMap<String, i64>, StoreError> {
-        self.flush().await?;
+    /// The current version of each stream that exists (absent: 0), one
+    /// indexed look-up each.
+    fn stream_versions(&mut self, streams: &[&str]) -> Result<BTreeMap<String, i64>, StoreError> {
         let mut versions = BTreeMap::new();
-        for chunk in streams.chunks(500) {
-            // The head and the projection positions ride along with the
-            // first query of the transaction: one round trip instead of three.
-            let head_part = if self.head.is_none() {
-                " UNION ALL SELECT NULL, COALESCE(MAX(seq), 0), 0 FROM media_operation_events"
-            } else {
-                ""
-            };
-            let positions_part = if self.positions.is_none() {
-                self.positions = Some(BTreeMap::new());
-                " UNION ALL SELECT name, position, version + 1 FROM projection_positions"
-            } else {
-                ""
-            };
-            let sql = format!(
-                "SELECT stream_id, MAX(stream_version), 0 FROM media_operation_events \
-                 WHERE stream_id IN ({}) GROUP BY stream_id{head_part}{positions_part}",
-                vec!["?"; chunk.len()].join(", ")
-            );
-            let mut query = sqlx::query(&sql);
-            for stream in chunk {
-                query = query.bind(*stream);
+        for stream in streams {
+            if versions.contains_key(*stream) {
+                continue;
             }
-            for row in query
-                .fetch_all(&mut self.connection)
-                .await
-                .map_err(|error| map(error, "reading stream versions"))?
-            {
-                // The third column tells the parts apart: 0 for streams and
-                // the head, version + 1 (always > 0) for projection positions.
-                let tag: i64 = row.get(2);
-                match (row.get::<Option<String>, _>(0), tag) {
-                    (Some(name), tag) if tag > 0 => {
-                        if let Some(positions) = self.positions.as_mut() {
-                            positions.insert(name, (tag - 1, row.get::<i64, _>(1)));
-                        }
-                    }
-                    (Some(stream), _) => {
-                        versions.insert(stream, row.get::<i64, _>(1));
-                    }
-                    (None, _) => self.head = Some(row.get::<i64, _>(1)),
-                }
+            let version = direct::select_optional::<Option<i64>>(
+                &self.connection,
+                "SELECT MAX(stream_version) FROM media_operation_events WHERE stream_id = ?",
+                &[Cell::Text(stream.to_string())],
+                "reading stream versions",
+            )?
+            .flatten();
+            if let Some(version) = version {
+                versions.insert(stream.to_string(), version);
             }
         }
         Ok(versions)
     }
-}
 
-impl RowTarget for SqliteTx {
-    async fn load_rows(&mut self, table: &'static TableSpec, keys: &[String]) -> Result<Vec<Row>, StoreError> {
-        self.flush().await?;
-        let copy = self.copy();
-        rows::load(&mut self.connection, table, copy, keys).await
-    }
-
-    async fn write_rows(&mut self, changes: &[(RowKey, Option<Row>)]) -> Result<(), StoreError> {
-        let order: Vec<&'static TableSpec> = all_specs()
-            .iter()
-            .flat_map(|spec| spec.tables.iter().copied())
-            .collect();
-        let copy = self.copy();
-        rows::gather_writes(&mut self.pending, &order, copy, changes);
-        Ok(())
-    }
-}
-
-impl WriteTx for SqliteTx {
-    async fn append(&mut self, appends: Vec<StreamAppend>) -> Result<Vec<EventEnvelope>, StoreError> {
+    fn append_now(&mut self, appends: Vec<StreamAppend>) -> Result<Vec<EventEnvelope>, StoreError> {
         let streams: Vec<&str> = appends.iter().map(|append| append.stream_id.as_str()).collect();
-        let mut versions = self.stream_versions(&streams).await?;
+        let mut versions = self.stream_versions(&streams)?;
         // Check every expectation before writing anything, so a refusal
         // leaves the log untouched.
         for append in &appends {
@@ -219,7 +186,7 @@ impl WriteTx for SqliteTx {
                 )));
             }
         }
-        let head = self.current_head().await?;
+        let head = self.current_head()?;
         let mut envelopes = Vec::new();
         let mut seq = head;
         for append in appends {
@@ -240,38 +207,14 @@ impl WriteTx for SqliteTx {
                 });
             }
         }
-        for chunk in envelopes.chunks(EVENTS_PER_STATEMENT) {
-            let sql = format!(
-                "INSERT INTO media_operation_events ({}) VALUES {}",
-                rows::EVENT_COLUMNS,
-                vec!["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"; chunk.len()].join(", ")
-            );
-            self.pending.push(&sql, |args| {
-                for envelope in chunk {
-                    let cells = [
-                        Cell::Integer(envelope.seq),
-                        Cell::Text(envelope.stream_id.as_str().to_string()),
-                        Cell::Integer(envelope.stream_version),
-                        Cell::Text(envelope.event.event_type().to_string()),
-                        Cell::Integer(i64::from(envelope.schema_version)),
-                        Cell::Json(envelope.event.payload_json()),
-                        Cell::Timestamp(envelope.recorded_at),
-                        Cell::Text(envelope.actor.clone()),
-                        Cell::Text(envelope.correlation_id.clone()),
-                        envelope.causation_id.clone().map_or(Cell::Null, Cell::Text),
-                    ];
-                    for cell in &cells {
-                        rows::add_cell(args, cell);
-                    }
-                }
-            });
-        }
+        let inserted = direct::insert_events(&self.connection, &envelopes);
+        self.wrote(inserted)?;
         self.head = Some(seq);
         Ok(envelopes)
     }
 
-    async fn advance_positions(&mut self, from: i64, to: i64) -> Result<(), StoreError> {
-        let positions = self.projection_positions().await?;
+    fn advance_positions_now(&mut self, from: i64, to: i64) -> Result<(), StoreError> {
+        let positions = self.projection_positions()?;
         for spec in all_specs() {
             match positions.get(spec.name) {
                 Some((version, position)) if *version == i64::from(spec.version) && *position == from => {}
@@ -284,20 +227,16 @@ impl WriteTx for SqliteTx {
                 }
             }
         }
-        // Checked under the write lock, so the update cannot miss: it joins
-        // the gathered writes instead of costing a round trip of its own.
+        // Checked under the write lock, so the update cannot miss.
         let specs = all_specs();
         let sql = format!(
             "UPDATE projection_positions SET position = ? WHERE position = ? AND name IN ({})",
             vec!["?"; specs.len()].join(", ")
         );
-        self.pending.push(&sql, |args| {
-            rows::add_cell(args, &Cell::Integer(to));
-            rows::add_cell(args, &Cell::Integer(from));
-            for spec in &specs {
-                rows::add_cell(args, &Cell::Text(spec.name.to_string()));
-            }
-        });
+        let mut cells = vec![Cell::Integer(to), Cell::Integer(from)];
+        cells.extend(specs.iter().map(|spec| Cell::Text(spec.name.to_string())));
+        let updated = direct::execute_with(&self.connection, &sql, &cells, "advancing projection positions");
+        self.wrote(updated.map(|_| ()))?;
         if let Some(positions) = self.positions.as_mut() {
             for spec in all_specs() {
                 if let Some(entry) = positions.get_mut(spec.name) {
@@ -308,20 +247,20 @@ impl WriteTx for SqliteTx {
         Ok(())
     }
 
-    async fn advance_position(&mut self, spec: &'static ProjectionSpec, from: i64, to: i64) -> Result<(), StoreError> {
+    fn advance_position_now(&mut self, spec: &'static ProjectionSpec, from: i64, to: i64) -> Result<(), StoreError> {
         // Positions change below; forget the cached copy.
         self.positions = None;
-        self.flush().await?;
-        let updated =
-            sqlx::query("UPDATE projection_positions SET position = ? WHERE name = ? AND version = ? AND position = ?")
-                .bind(to)
-                .bind(spec.name)
-                .bind(i64::from(spec.version))
-                .bind(from)
-                .execute(&mut self.connection)
-                .await
-                .map_err(|error| map(error, "advancing a projection position"))?
-                .rows_affected();
+        let updated = direct::execute_with(
+            &self.connection,
+            "UPDATE projection_positions SET position = ? WHERE name = ? AND version = ? AND position = ?",
+            &[
+                Cell::Integer(to),
+                Cell::Text(spec.name.to_string()),
+                Cell::Integer(i64::from(spec.version)),
+                Cell::Integer(from),
+            ],
+            "advancing a projection position",
+        )?;
         if updated != 1 {
             return Err(StoreError::conflict(format!(
                 "projection {} is not at seq {from} at version {}",
@@ -331,86 +270,67 @@ impl WriteTx for SqliteTx {
         Ok(())
     }
 
-    async fn projection_position(&mut self, spec: &'static ProjectionSpec) -> Result<Option<i64>, StoreError> {
-        self.flush().await?;
-        sqlx::query_scalar::<_, i64>("SELECT position FROM projection_positions WHERE name = ? AND version = ?")
-            .bind(spec.name)
-            .bind(i64::from(spec.version))
-            .fetch_optional(&mut self.connection)
-            .await
-            .map_err(|error| map(error, "reading a projection position"))
+    /// The stored position of `name` at `version`, if any.
+    fn position_of(&self, name: String, version: u32, context: &str) -> Result<Option<i64>, StoreError> {
+        direct::select_optional::<i64>(
+            &self.connection,
+            "SELECT position FROM projection_positions WHERE name = ? AND version = ?",
+            &[Cell::Text(name), Cell::Integer(i64::from(version))],
+            context,
+        )
     }
 
-    fn use_tables(&mut self, set: TableSet) {
-        self.tables = set;
-    }
-
-    async fn read_events(&mut self, after: i64, limit: usize) -> Result<Vec<EventEnvelope>, StoreError> {
-        self.flush().await?;
-        rows::read_events(&mut self.connection, after, limit).await
-    }
-
-    async fn head(&mut self) -> Result<i64, StoreError> {
-        self.current_head().await
-    }
-
-    async fn create_shadow(&mut self, spec: &'static ProjectionSpec) -> Result<(), StoreError> {
+    fn create_shadow_now(&mut self, spec: &'static ProjectionSpec) -> Result<(), StoreError> {
         // Positions change below; forget the cached copy.
         self.positions = None;
-        self.flush().await?;
         for table in spec.tables.iter().rev() {
             let sql = format!("DROP TABLE IF EXISTS {}", ddl::table_name(table.name, Copy::Shadow));
-            crate::rows::script(&mut self.connection, &sql)
-                .await
-                .map_err(|error| map(error, "dropping an old shadow"))?;
+            direct::script(&self.connection, &sql, "dropping an old shadow")?;
         }
-        crate::rows::script(&mut self.connection, &ddl::render(spec, Copy::Shadow))
-            .await
-            .map_err(|error| map(error, &format!("creating the shadow of {}", spec.name)))?;
-        sqlx::query(
+        direct::script(
+            &self.connection,
+            &ddl::render(spec, Copy::Shadow),
+            &format!("creating the shadow of {}", spec.name),
+        )?;
+        direct::execute_with(
+            &self.connection,
             "INSERT INTO projection_positions (name, version, position) VALUES (?, ?, 0) \
              ON CONFLICT (name) DO UPDATE SET version = excluded.version, position = 0",
-        )
-        .bind(format!("{}{SHADOW_SUFFIX}", spec.name))
-        .bind(i64::from(spec.version))
-        .execute(&mut self.connection)
-        .await
-        .map_err(|error| map(error, "recording the shadow position"))?;
+            &[
+                Cell::Text(format!("{}{SHADOW_SUFFIX}", spec.name)),
+                Cell::Integer(i64::from(spec.version)),
+            ],
+            "recording the shadow position",
+        )?;
         Ok(())
     }
 
-    async fn shadow_position(&mut self, spec: &'static ProjectionSpec) -> Result<Option<i64>, StoreError> {
-        self.flush().await?;
-        sqlx::query_scalar::<_, i64>("SELECT position FROM projection_positions WHERE name = ? AND version = ?")
-            .bind(format!("{}{SHADOW_SUFFIX}", spec.name))
-            .bind(i64::from(spec.version))
-            .fetch_optional(&mut self.connection)
-            .await
-            .map_err(|error| map(error, "reading the shadow position"))
-    }
-
-    async fn set_shadow_position(&mut self, spec: &'static ProjectionSpec, position: i64) -> Result<(), StoreError> {
+    fn set_shadow_position_now(&mut self, spec: &'static ProjectionSpec, position: i64) -> Result<(), StoreError> {
         // Positions change below; forget the cached copy.
         self.positions = None;
-        self.flush().await?;
-        sqlx::query("UPDATE projection_positions SET position = ? WHERE name = ?")
-            .bind(position)
-            .bind(format!("{}{SHADOW_SUFFIX}", spec.name))
-            .execute(&mut self.connection)
-            .await
-            .map_err(|error| map(error, "recording the shadow position"))?;
+        direct::execute_with(
+            &self.connection,
+            "UPDATE projection_positions SET position = ? WHERE name = ?",
+            &[
+                Cell::Integer(position),
+                Cell::Text(format!("{}{SHADOW_SUFFIX}", spec.name)),
+            ],
+            "recording the shadow position",
+        )?;
         Ok(())
     }
 
-    async fn swap_shadows(&mut self, specs: &[&'static ProjectionSpec]) -> Result<(), StoreError> {
+    fn swap_shadows_now(&mut self, specs: &[&'static ProjectionSpec]) -> Result<(), StoreError> {
         // Positions change below; forget the cached copy.
         self.positions = None;
-        self.flush().await?;
         let mut shadow_positions = Vec::new();
         for spec in specs {
             let position = self
-                .shadow_position(spec)
-                .await?
+                .position_of(
+                    format!("{}{SHADOW_SUFFIX}", spec.name),
+                    spec.version,
+                    "reading the shadow position",
+                )?
                 .ok_or_else(|| StoreError::not_found(format!("no shadow of {} to swap in", spec.name)))?;
             shadow_positions.push((*spec, position));
         }
@@ -430,48 +350,120 @@ impl WriteTx for SqliteTx {
             ));
         }
         for sql in script {
-            crate::rows::script(&mut self.connection, &sql)
-                .await
-                .map_err(|error| map(error, &format!("swapping in shadows: {sql}")))?;
+            direct::script(&self.connection, &sql, &format!("swapping in shadows: {sql}"))?;
         }
         // Indexes keep their shadow names through a rename; recreate them
         // under their live names so the next shadow can use the old ones.
         for table in &tables {
-            let indexes: Vec<(String, String)> = sqlx::query_as(
+            let mut indexes: Vec<(String, String)> = Vec::new();
+            direct::select(
+                &self.connection,
                 "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = ? AND sql IS NOT NULL",
-            )
-            .bind(table.name)
-            .fetch_all(&mut self.connection)
-            .await
-            .map_err(|error| map(error, "listing shadow indexes"))?;
+                &[Cell::Text(table.name.to_string())],
+                "listing shadow indexes",
+                |row| {
+                    let read = (|| Ok::<_, rusqlite::Error>((row.get(0)?, row.get(1)?)))();
+                    indexes.push(read.map_err(|error| crate::error::map_direct(error, "listing shadow indexes"))?);
+                    Ok(())
+                },
+            )?;
             for (name, sql) in indexes {
                 if let Some(live_name) = name.strip_prefix(&format!("{}{SHADOW_SUFFIX}", table.name)) {
                     let live_name = format!("{}{live_name}", table.name);
                     let create = sql.replacen(&name, &live_name, 1);
-                    crate::rows::script(&mut self.connection, &format!("DROP INDEX {name}; {create}"))
-                        .await
-                        .map_err(|error| map(error, "renaming a shadow index"))?;
+                    direct::script(
+                        &self.connection,
+                        &format!("DROP INDEX {name}; {create}"),
+                        "renaming a shadow index",
+                    )?;
                 }
             }
         }
         for (spec, position) in shadow_positions {
-            sqlx::query("DELETE FROM projection_positions WHERE name = ?")
-                .bind(format!("{}{SHADOW_SUFFIX}", spec.name))
-                .execute(&mut self.connection)
-                .await
-                .map_err(|error| map(error, "dropping the shadow position"))?;
-            sqlx::query(
+            direct::execute_with(
+                &self.connection,
+                "DELETE FROM projection_positions WHERE name = ?",
+                &[Cell::Text(format!("{}{SHADOW_SUFFIX}", spec.name))],
+                "dropping the shadow position",
+            )?;
+            direct::execute_with(
+                &self.connection,
                 "INSERT INTO projection_positions (name, version, position) VALUES (?, ?, ?) \
                  ON CONFLICT (name) DO UPDATE SET version = excluded.version, position = excluded.position",
-            )
-            .bind(spec.name)
-            .bind(i64::from(spec.version))
-            .bind(position)
-            .execute(&mut self.connection)
-            .await
-            .map_err(|error| map(error, "recording the swapped projection"))?;
+                &[
+                    Cell::Text(spec.name.to_string()),
+                    Cell::Integer(i64::from(spec.version)),
+                    Cell::Integer(position),
+                ],
+                "recording the swapped projection",
+            )?;
         }
         Ok(())
+    }
+}
+
+impl RowTarget for SqliteTx {
+    async fn load_rows(&mut self, table: &'static TableSpec, keys: &[String]) -> Result<Vec<Row>, StoreError> {
+        direct::load(&self.connection, table, self.copy(), keys)
+    }
+
+    async fn write_rows(&mut self, changes: &[(RowKey, Option<Row>)]) -> Result<(), StoreError> {
+        let order: Vec<&'static TableSpec> = all_specs()
+            .iter()
+            .flat_map(|spec| spec.tables.iter().copied())
+            .collect();
+        let written = direct::write_rows(&self.connection, &order, self.copy(), changes);
+        self.wrote(written)
+    }
+}
+
+impl WriteTx for SqliteTx {
+    async fn append(&mut self, appends: Vec<StreamAppend>) -> Result<Vec<EventEnvelope>, StoreError> {
+        self.append_now(appends)
+    }
+
+    async fn advance_positions(&mut self, from: i64, to: i64) -> Result<(), StoreError> {
+        self.advance_positions_now(from, to)
+    }
+
+    async fn advance_position(&mut self, spec: &'static ProjectionSpec, from: i64, to: i64) -> Result<(), StoreError> {
+        self.advance_position_now(spec, from, to)
+    }
+
+    async fn projection_position(&mut self, spec: &'static ProjectionSpec) -> Result<Option<i64>, StoreError> {
+        self.position_of(spec.name.to_string(), spec.version, "reading a projection position")
+    }
+
+    fn use_tables(&mut self, set: TableSet) {
+        self.tables = set;
+    }
+
+    async fn read_events(&mut self, after: i64, limit: usize) -> Result<Vec<EventEnvelope>, StoreError> {
+        direct::read_events(&self.connection, after, limit)
+    }
+
+    async fn head(&mut self) -> Result<i64, StoreError> {
+        self.current_head()
+    }
+
+    async fn create_shadow(&mut self, spec: &'static ProjectionSpec) -> Result<(), StoreError> {
+        self.create_shadow_now(spec)
+    }
+
+    async fn shadow_position(&mut self, spec: &'static ProjectionSpec) -> Result<Option<i64>, StoreError> {
+        self.position_of(
+            format!("{}{SHADOW_SUFFIX}", spec.name),
+            spec.version,
+            "reading the shadow position",
+        )
+    }
+
+    async fn set_shadow_position(&mut self, spec: &'static ProjectionSpec, position: i64) -> Result<(), StoreError> {
+        self.set_shadow_position_now(spec, position)
+    }
+
+    async fn swap_shadows(&mut self, specs: &[&'static ProjectionSpec]) -> Result<(), StoreError> {
+        self.swap_shadows_now(specs)
     }
 
     async fn find_rows(
@@ -480,25 +472,19 @@ impl WriteTx for SqliteTx {
         filters: &[(&'static str, Cell)],
         limit: usize,
     ) -> Result<Vec<Row>, StoreError> {
-        self.flush().await?;
-        let copy = self.copy();
-        rows::find(&mut self.connection, table, copy, filters, limit).await
+        direct::find(&self.connection, table, self.copy(), filters, limit)
     }
 
     async fn claimable(&mut self, query: &ClaimQuery) -> Result<Vec<Row>, StoreError> {
-        self.flush().await?;
-        let copy = self.copy();
-        crate::work::claimable(&mut self.connection, copy, query).await
+        direct::claimable(&self.connection, self.copy(), query)
     }
 
     async fn lease(&mut self, claim_token: &str) -> Result<Option<Lease>, StoreError> {
-        self.flush().await?;
-        crate::work::lease(&mut self.connection, claim_token).await
+        direct::lease(&self.connection, claim_token)
     }
 
     async fn leases(&mut self, claim_tokens: &[String]) -> Result<Vec<Lease>, StoreError> {
-        self.flush().await?;
-        crate::work::leases(&mut self.connection, claim_tokens).await
+        direct::leases(&self.connection, claim_tokens)
     }
 
     async fn find_rows_in(
@@ -507,54 +493,54 @@ impl WriteTx for SqliteTx {
         column: &'static str,
         values: &[Cell],
     ) -> Result<Vec<Row>, StoreError> {
-        self.flush().await?;
-        let copy = self.copy();
-        rows::find_in(&mut self.connection, table, copy, column, values).await
+        direct::find_in(&self.connection, table, self.copy(), column, values)
     }
 
     async fn put_lease(&mut self, lease: &Lease) -> Result<(), StoreError> {
-        crate::work::gather_put_lease(&mut self.pending, lease);
-        Ok(())
+        let written = direct::put_lease(&self.connection, lease);
+        self.wrote(written)
     }
 
     async fn delete_lease(&mut self, claim_token: &str) -> Result<(), StoreError> {
-        crate::work::gather_delete_lease(&mut self.pending, claim_token);
-        Ok(())
+        let written = direct::delete_lease(&self.connection, claim_token);
+        self.wrote(written)
     }
 }
 
 /// Creates the live tables of every projection the database has never had,
 /// at this build's version and position 0 (startup catches them up).
 /// Projections stored at another version are left for the shadow rebuild.
-pub(crate) async fn ensure_projection_tables(connection: &mut SqliteConnection) -> Result<(), StoreError> {
-    crate::rows::script(&mut *connection, "BEGIN IMMEDIATE")
-        .await
-        .map_err(|error| map(error, "starting schema setup"))?;
-    let result = async {
+/// Runs on the writer's connection before it takes any work.
+pub(crate) fn ensure_projection_tables(connection: &Connection) -> Result<(), StoreError> {
+    direct::execute(connection, "BEGIN IMMEDIATE")?;
+    let result = (|| {
         for spec in all_specs() {
-            let known: Option<i64> = sqlx::query_scalar("SELECT version FROM projection_positions WHERE name = ?")
-                .bind(spec.name)
-                .fetch_optional(&mut *connection)
-                .await
-                .map_err(|error| map(error, "reading projection versions"))?;
+            let known = direct::select_optional::<i64>(
+                connection,
+                "SELECT version FROM projection_positions WHERE name = ?",
+                &[Cell::Text(spec.name.to_string())],
+                "reading projection versions",
+            )?;
             if known.is_none() {
-                crate::rows::script(&mut *connection, &ddl::render(spec, Copy::Live))
-                    .await
-                    .map_err(|error| map(error, &format!("creating projection {}", spec.name)))?;
-                sqlx::query("INSERT INTO projection_positions (name, version, position) VALUES (?, ?, 0)")
-                    .bind(spec.name)
-                    .bind(i64::from(spec.version))
-                    .execute(&mut *connection)
-                    .await
-                    .map_err(|error| map(error, "recording a new projection"))?;
+                direct::script(
+                    connection,
+                    &ddl::render(spec, Copy::Live),
+                    &format!("creating projection {}", spec.name),
+                )?;
+                direct::execute_with(
+                    connection,
+                    "INSERT INTO projection_positions (name, version, position) VALUES (?, ?, 0)",
+                    &[
+                        Cell::Text(spec.name.to_string()),
+                        Cell::Integer(i64::from(spec.version)),
+                    ],
+                    "recording a new projection",
+                )?;
             }
         }
         Ok::<_, StoreError>(())
-    }
-    .await;
+    })();
     let end = if result.is_ok() { "COMMIT" } else { "ROLLBACK" };
-    crate::rows::script(&mut *connection, end)
-        .await
-        .map_err(|error| map(error, "finishing schema setup"))?;
+    direct::execute(connection, end)?;
     result
 }

@@ -3,63 +3,50 @@
 
 use crate::ddl::{self, Copy};
 use crate::error::map;
-use crate::rows::{add_cell, column_list, decode_cells, Batch};
+use crate::rows::column_list;
 use opledger_domain::projections::{Cell, Row, TableSpec, MEDIA_STATES_TABLE, REGION_STATES_TABLE};
 use opledger_domain::{OperationId, Timestamp};
-use opledger_store::{ClaimQuery, ExpiredClaim, Lease, StoreError};
+use opledger_store::{ExpiredClaim, Lease, StoreError};
 use sqlx::sqlite::SqliteRow;
-use sqlx::{Row as _, SqliteConnection};
+use sqlx::Row as _;
 
-const STATE_TABLES: [&TableSpec; 2] = [&MEDIA_STATES_TABLE, &REGION_STATES_TABLE];
+/// The two processing-state tables a claim reads.
+pub(crate) const STATE_TABLES: [&TableSpec; 2] = [&MEDIA_STATES_TABLE, &REGION_STATES_TABLE];
 
-/// Claimable rows of both state tables, in claim order. Each table is read
-/// through its partial index of claimable rows; the two answers are merged.
-pub async fn claimable(
-    conn: &mut SqliteConnection,
+/// Claimable rows of one state table, read in claim order from a partial
+/// index of claimable rows so the read stops at the limit instead of
+/// sorting the whole queue: for one kind (`one_kind`: parameters `now`, the
+/// kind, the limit) or for any kind (parameters `now`, the limit). A claim
+/// for several kinds runs the one-kind query per kind. The statuses are
+/// written into the text as literals: SQLite uses a partial index only when
+/// the query's own terms imply the index's WHERE, which bound parameters
+/// never do (and they are the domain's vocabulary, not input). The writer
+/// reads both tables and merges them in [`claim_order`].
+pub(crate) fn claimable_sql(
+    table: &TableSpec,
     copy: Copy<'_>,
-    query: &ClaimQuery,
-) -> Result<Vec<Row>, StoreError> {
-    if query.limit == 0 || query.statuses.is_empty() {
-        return Ok(Vec::new());
-    }
-    let mut found: Vec<Row> = Vec::new();
-    for table in STATE_TABLES {
-        let name = ddl::table_name(table.name, copy);
-        let statuses = vec!["?"; query.statuses.len()].join(", ");
-        let kinds = if query.kinds.is_empty() {
-            String::new()
-        } else {
-            format!(" AND task_kind IN ({})", vec!["?"; query.kinds.len()].join(", "))
-        };
-        let sql = format!(
-            "SELECT {} FROM {name} WHERE status IN ({statuses}) AND available_at <= ?{kinds} \
-             ORDER BY priority DESC, available_at, operation_id LIMIT ?",
-            column_list(table)
-        );
-        let mut statement = sqlx::query(&sql);
-        for status in query.statuses {
-            statement = statement.bind(status.as_str());
-        }
-        statement = statement.bind(query.now.to_rfc3339());
-        for kind in &query.kinds {
-            statement = statement.bind(kind.as_str());
-        }
-        statement = statement.bind(i64::try_from(query.limit).unwrap_or(i64::MAX));
-        let fetched = statement
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(|error| map(error, "finding claimable tasks"))?;
-        for row in &fetched {
-            let cells = decode_cells(row, table)?;
-            found.push(Row::from_cells(table, cells).map_err(|error| StoreError::corrupt(error.to_string()))?);
-        }
-    }
-    found.sort_by_key(claim_order);
-    found.truncate(query.limit);
-    Ok(found)
+    statuses: &[opledger_domain::OperationStatus],
+    one_kind: bool,
+) -> String {
+    let name = ddl::table_name(table.name, copy);
+    // The planner, without statistics, prefers the status index and a sort;
+    // on the live tables name the index that yields claim order.
+    let (index, kind) = match (copy, one_kind) {
+        (Copy::Live, true) => (format!(" INDEXED BY {}_claimable", table.name), " AND task_kind = ?"),
+        (Copy::Live, false) => (format!(" INDEXED BY {}_claimable_any", table.name), ""),
+        (_, true) => (String::new(), " AND task_kind = ?"),
+        (_, false) => (String::new(), ""),
+    };
+    let statuses: Vec<String> = statuses.iter().map(|status| format!("'{}'", status.as_str())).collect();
+    format!(
+        "SELECT {} FROM {name}{index} WHERE status IN ({}) AND available_at <= ?{kind} \
+         ORDER BY priority DESC, available_at, operation_id LIMIT ?",
+        column_list(table),
+        statuses.join(", ")
+    )
 }
 
-fn claim_order(row: &Row) -> (i64, Timestamp, String) {
+pub(crate) fn claim_order(row: &Row) -> (i64, Timestamp, String) {
     match row {
         Row::ProcessingState(state) => (-state.priority, state.available_at, state.operation_id.to_string()),
         _ => (0, Timestamp::from_micros(0), String::new()),
@@ -106,7 +93,8 @@ where
         .collect()
 }
 
-const LEASE_COLUMNS: &str = "claim_token, operation_id, worker, heartbeat_at, lease_expires_at, phase, processed, \
+pub(crate) const LEASE_COLUMNS: &str =
+    "claim_token, operation_id, worker, heartbeat_at, lease_expires_at, phase, processed, \
                              total, progressed_at, progress_unrecorded";
 
 pub async fn lease<'c, E>(executor: E, claim_token: &str) -> Result<Option<Lease>, StoreError>
@@ -123,73 +111,88 @@ where
     row.as_ref().map(decode_lease).transpose()
 }
 
-/// The lease rows of many claim tokens, in chunks below the parameter limit.
-pub async fn leases(conn: &mut SqliteConnection, claim_tokens: &[String]) -> Result<Vec<Lease>, StoreError> {
-    let mut found = Vec::with_capacity(claim_tokens.len());
-    for chunk in claim_tokens.chunks(500) {
-        let sql = format!(
-            "SELECT {LEASE_COLUMNS} FROM task_leases WHERE claim_token IN ({})",
-            vec!["?"; chunk.len()].join(", ")
-        );
-        let mut query = sqlx::query(&sql);
-        for token in chunk {
-            query = query.bind(token.as_str());
-        }
-        let rows = query
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(|error| map(error, "reading leases"))?;
-        for row in &rows {
-            found.push(decode_lease(row)?);
-        }
-    }
-    Ok(found)
-}
-
 fn decode_lease(row: &SqliteRow) -> Result<Lease, StoreError> {
-    let timestamp = |index: usize| -> Result<Option<Timestamp>, StoreError> {
-        row.get::<Option<String>, _>(index)
-            .map(|text| Timestamp::parse(&text).map_err(StoreError::corrupt))
-            .transpose()
-    };
-    let operation_id: String = row.get(1);
-    Ok(Lease {
+    lease_from(StoredLease {
         claim_token: row.get(0),
-        operation_id: operation_id.parse::<OperationId>().map_err(StoreError::corrupt)?,
+        operation_id: row.get(1),
         worker: row.get(2),
-        heartbeat_at: timestamp(3)?.ok_or_else(|| StoreError::corrupt("a lease without heartbeat_at"))?,
-        lease_expires_at: timestamp(4)?.ok_or_else(|| StoreError::corrupt("a lease without lease_expires_at"))?,
+        heartbeat_at: row.get(3),
+        lease_expires_at: row.get(4),
         phase: row.get(5),
         processed: row.get(6),
         total: row.get(7),
-        progressed_at: timestamp(8)?,
-        progress_unrecorded: row.get::<i64, _>(9) != 0,
+        progressed_at: row.get(8),
+        progress_unrecorded: row.get(9),
     })
 }
 
-pub fn gather_put_lease(batch: &mut Batch, lease: &Lease) {
-    let sql = format!("INSERT OR REPLACE INTO task_leases ({LEASE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
-    batch.push(&sql, |args| {
-        let cells = [
-            Cell::Text(lease.claim_token.clone()),
-            Cell::Uuid(lease.operation_id.0),
-            Cell::Text(lease.worker.clone()),
-            Cell::Timestamp(lease.heartbeat_at),
-            Cell::Timestamp(lease.lease_expires_at),
-            lease.phase.clone().map_or(Cell::Null, Cell::Text),
-            lease.processed.map_or(Cell::Null, Cell::Integer),
-            lease.total.map_or(Cell::Null, Cell::Integer),
-            lease.progressed_at.map_or(Cell::Null, Cell::Timestamp),
-            Cell::Bool(lease.progress_unrecorded),
-        ];
-        for cell in &cells {
-            add_cell(args, cell);
-        }
-    });
+/// One lease row's columns as stored, in [`LEASE_COLUMNS`] order.
+pub(crate) struct StoredLease {
+    pub claim_token: String,
+    pub operation_id: String,
+    pub worker: String,
+    pub heartbeat_at: Option<String>,
+    pub lease_expires_at: Option<String>,
+    pub phase: Option<String>,
+    pub processed: Option<i64>,
+    pub total: Option<i64>,
+    pub progressed_at: Option<String>,
+    pub progress_unrecorded: i64,
 }
 
-pub fn gather_delete_lease(batch: &mut Batch, claim_token: &str) {
-    batch.push("DELETE FROM task_leases WHERE claim_token = ?", |args| {
-        add_cell(args, &Cell::Text(claim_token.to_string()));
-    });
+pub(crate) fn lease_from(stored: StoredLease) -> Result<Lease, StoreError> {
+    let timestamp = |text: Option<String>| -> Result<Option<Timestamp>, StoreError> {
+        text.map(|text| Timestamp::parse(&text).map_err(StoreError::corrupt))
+            .transpose()
+    };
+    Ok(Lease {
+        claim_token: stored.claim_token,
+        operation_id: stored
+            .operation_id
+            .parse::<OperationId>()
+            .map_err(StoreError::corrupt)?,
+        worker: stored.worker,
+        heartbeat_at: timestamp(stored.heartbeat_at)?
+            .ok_or_else(|| StoreError::corrupt("a lease without heartbeat_at"))?,
+        lease_expires_at: timestamp(stored.lease_expires_at)?
+            .ok_or_else(|| StoreError::corrupt("a lease without lease_expires_at"))?,
+        phase: stored.phase,
+        processed: stored.processed,
+        total: stored.total,
+        progressed_at: timestamp(stored.progressed_at)?,
+        progress_unrecorded: stored.progress_unrecorded != 0,
+    })
+}
+
+/// Inserts or replaces one lease row ([`lease_cells`] are its parameters).
+pub(crate) const PUT_LEASE: &str = "INSERT OR REPLACE INTO task_leases (claim_token, operation_id, worker, \
+     heartbeat_at, lease_expires_at, phase, processed, total, progressed_at, progress_unrecorded) \
+     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+
+pub(crate) const DELETE_LEASE: &str = "DELETE FROM task_leases WHERE claim_token = ?";
+
+/// A lease's cells in [`LEASE_COLUMNS`] order.
+pub(crate) fn lease_cells(lease: &Lease) -> [Cell; 10] {
+    [
+        Cell::Text(lease.claim_token.clone()),
+        Cell::Uuid(lease.operation_id.0),
+        Cell::Text(lease.worker.clone()),
+        Cell::Timestamp(lease.heartbeat_at),
+        Cell::Timestamp(lease.lease_expires_at),
+        lease.phase.clone().map_or(Cell::Null, Cell::Text),
+        lease.processed.map_or(Cell::Null, Cell::Integer),
+        lease.total.map_or(Cell::Null, Cell::Integer),
+        lease.progressed_at.map_or(Cell::Null, Cell::Timestamp),
+        Cell::Bool(lease.progress_unrecorded),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_lease_upsert_names_the_lease_columns_in_order() {
+        assert!(PUT_LEASE.contains(&format!("({LEASE_COLUMNS})")), "{PUT_LEASE}");
+    }
 }

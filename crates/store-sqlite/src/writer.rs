@@ -1,15 +1,20 @@
-//! The single writer with group commit.
+//! The single writer with group commit, on a thread of its own.
 //!
-//! Work waiting in the queue when the writer becomes free is run in one
-//! transaction, each piece inside its own savepoint; a failing piece rolls
-//! back to its savepoint and leaves the others alone. Nobody is answered
-//! until the COMMIT (an fsync under `synchronous=FULL`) has returned, so an
-//! acknowledgement always means durable. Under load many commands share one
-//! fsync; alone, a command pays exactly one.
+//! One OS thread owns the writer connection (rusqlite) and takes work from a
+//! channel. Work waiting in the queue when the writer becomes free is run in
+//! one transaction, each piece inside its own savepoint; a failing or
+//! panicking piece rolls back to its savepoint and leaves the others alone.
+//! Nobody is answered until the COMMIT (an fsync under `synchronous=FULL`)
+//! has returned, so an acknowledgement always means durable. Under load many
+//! commands share one fsync; alone, a command pays exactly one.
+//!
+//! *Why a thread:* every statement through an async driver is a handoff to
+//! the driver's thread and back. Here a piece of work runs on the thread
+//! that owns the connection, and the only handoffs left are the job going
+//! in and the answer coming out.
 
-use crate::error::map;
 use crate::tx::SqliteTx;
-use futures::FutureExt;
+use futures::executor::block_on;
 use opledger_store::{BoxFuture, StoreError};
 use std::marker::PhantomData;
 use std::panic::AssertUnwindSafe;
@@ -81,15 +86,41 @@ where
     }
 }
 
-async fn execute(tx: &mut SqliteTx, sql: &str) -> Result<(), StoreError> {
-    crate::rows::script(tx.connection(), sql)
-        .await
-        .map_err(|error| map(error, sql))
+/// Starts the writer thread: it opens the writer connection (`open`),
+/// answers `ready` with the outcome, then takes work until every store
+/// handle is dropped.
+pub(crate) fn start(
+    open: impl FnOnce() -> Result<rusqlite::Connection, StoreError> + Send + 'static,
+    jobs: mpsc::Receiver<Box<dyn Job>>,
+) -> Result<oneshot::Receiver<Result<(), StoreError>>, StoreError> {
+    let (ready, opened) = oneshot::channel();
+    // Work ran on a Tokio task before it ran here; entering the opener's
+    // runtime keeps Tokio's timers usable inside a piece of work. (Entering
+    // is not running on it: `blocking_recv` below is allowed.)
+    let runtime = tokio::runtime::Handle::try_current().ok();
+    std::thread::Builder::new()
+        .name("opledger-sqlite-writer".into())
+        .spawn(move || {
+            let _runtime = runtime.as_ref().map(tokio::runtime::Handle::enter);
+            match open() {
+                Ok(connection) => {
+                    let _ = ready.send(Ok(()));
+                    run(SqliteTx::new(connection), jobs);
+                }
+                Err(error) => {
+                    let _ = ready.send(Err(error));
+                }
+            }
+        })
+        .map_err(|error| StoreError::unavailable(format!("starting the SQLite writer thread: {error}")))?;
+    Ok(opened)
 }
 
-/// The writer task: runs until every store handle is dropped.
-pub(crate) async fn run(mut tx: SqliteTx, mut jobs: mpsc::Receiver<Box<dyn Job>>) {
-    while let Some(first) = jobs.recv().await {
+/// The writer loop: waits for work, groups whatever else is queued, runs it.
+fn run(mut tx: SqliteTx, mut jobs: mpsc::Receiver<Box<dyn Job>>) {
+    // `blocking_recv` parks this thread (it is not a runtime thread) until
+    // a caller sends; callers keep queueing while a group runs and commits.
+    while let Some(first) = jobs.blocking_recv() {
         let mut group = vec![first];
         while group.len() < MAX_GROUP {
             match jobs.try_recv() {
@@ -97,26 +128,27 @@ pub(crate) async fn run(mut tx: SqliteTx, mut jobs: mpsc::Receiver<Box<dyn Job>>
                 Err(_) => break,
             }
         }
-        run_group(&mut tx, group).await;
+        run_group(&mut tx, group);
     }
-    crate::close_quietly(tx.into_connection()).await;
+    // Dropping the transaction closes the connection.
 }
 
-async fn run_group(tx: &mut SqliteTx, group: Vec<Box<dyn Job>>) {
+/// Runs one piece of work to completion on this thread. Its future only
+/// awaits `SqliteTx` methods, which never wait, so `block_on` polls it
+/// through without parking; a piece that awaited anything else (a lock, a
+/// channel, a timer) would still complete, only holding up the writer
+/// meanwhile, as it did when the writer was a task.
+fn run_piece(job: Box<dyn Job>, tx: &mut SqliteTx) -> std::thread::Result<Done> {
+    std::panic::catch_unwind(AssertUnwindSafe(|| block_on(job.run(tx))))
+}
+
+fn run_group(tx: &mut SqliteTx, group: Vec<Box<dyn Job>>) {
     let started = std::time::Instant::now();
     let pieces = group.len();
     // A lone piece needs no savepoint: its failure rolls back the transaction.
     let use_savepoints = group.len() > 1;
-    // Savepoint bookkeeping costs no round trips of its own: the first
-    // savepoint opens with the transaction, and each piece's RELEASE (with
-    // the next piece's SAVEPOINT) rides along with the piece's last flush.
-    let begin = if use_savepoints {
-        "BEGIN IMMEDIATE; SAVEPOINT work"
-    } else {
-        "BEGIN IMMEDIATE"
-    };
-    if let Err(error) = execute(tx, begin).await {
-        let _ = execute(tx, "ROLLBACK").await;
+    if let Err(error) = tx.execute("BEGIN IMMEDIATE") {
+        tx.rollback_quietly();
         for job in group {
             job.abort(error.clone());
         }
@@ -126,25 +158,29 @@ async fn run_group(tx: &mut SqliteTx, group: Vec<Box<dyn Job>>) {
     let mut finishes = Vec::with_capacity(group.len());
     let mut broken: Option<StoreError> = None;
     let mut any_ok = false;
-    for (index, job) in group.into_iter().enumerate() {
+    for job in group {
         if let Some(error) = &broken {
             job.abort(error.clone());
             continue;
         }
-        let more = index + 1 < pieces;
+        if use_savepoints {
+            if let Err(error) = tx.execute("SAVEPOINT work") {
+                job.abort(error.clone());
+                broken = Some(error);
+                continue;
+            }
+        }
         let before = tx.checkpoint();
-        let mut outcome = AssertUnwindSafe(job.run(tx)).catch_unwind().await;
-        // Writes the work gathered but did not need to read back are sent
-        // now; if they fail, the work fails with their error.
+        let mut outcome = run_piece(job, tx);
+        // A write that failed fails the piece, even if the work carried on;
+        // a piece that succeeded releases its savepoint into the transaction.
         if let Ok(done) = &mut outcome {
             if done.ok {
-                if use_savepoints {
-                    tx.defer("RELEASE work");
-                    if more {
-                        tx.defer("SAVEPOINT work");
-                    }
+                let mut end = tx.take_failure();
+                if end.is_ok() && use_savepoints {
+                    end = tx.execute("RELEASE work");
                 }
-                if let Err(error) = tx.flush().await {
+                if let Err(error) = end {
                     done.ok = false;
                     let finish = std::mem::replace(&mut done.finish, Box::new(|_| {}));
                     done.finish = Box::new(move |_| finish(Err(error)));
@@ -157,14 +193,8 @@ async fn run_group(tx: &mut SqliteTx, group: Vec<Box<dyn Job>>) {
         } else {
             tx.restore(before);
             if use_savepoints {
-                // The piece's savepoint is still open (a failed flush stops
-                // before its RELEASE); undo the piece and open the next one's.
-                let undo = if more {
-                    "ROLLBACK TO work; RELEASE work; SAVEPOINT work"
-                } else {
-                    "ROLLBACK TO work; RELEASE work"
-                };
-                if let Err(error) = execute(tx, undo).await {
+                // Undo the piece; the next one opens its own savepoint.
+                if let Err(error) = tx.execute("ROLLBACK TO work").and_then(|()| tx.execute("RELEASE work")) {
                     broken = Some(error);
                 }
             }
@@ -181,7 +211,7 @@ async fn run_group(tx: &mut SqliteTx, group: Vec<Box<dyn Job>>) {
     let commit = match broken {
         Some(error) => Err(error),
         None if !any_ok => Err(StoreError::unavailable("nothing to commit")),
-        None => execute(tx, "COMMIT").await,
+        None => tx.execute("COMMIT"),
     };
     tracing::trace!(
         pieces,
@@ -191,9 +221,10 @@ async fn run_group(tx: &mut SqliteTx, group: Vec<Box<dyn Job>>) {
     );
     if commit.is_err() {
         // Nothing of this group is durable; make sure the transaction is gone.
-        let _ = execute(tx, "ROLLBACK").await;
+        tx.rollback_quietly();
         tx.begin_transaction();
     }
+    // Answered only now, after COMMIT returned: an answer means durable.
     for finish in finishes {
         finish(commit.clone());
     }

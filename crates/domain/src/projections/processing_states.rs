@@ -332,8 +332,11 @@ impl Projector for ProcessingStates {
             Event::OperationRevisionRequested(requested) => {
                 next.requested_revision = requested.revision.clone();
                 next.inputs = requested.inputs.to_string();
-                // A new revision is new work: it gets its own budgets.
-                next.attempt_count = 0;
+                // A new revision is new work: it gets its own budgets. A claim
+                // running exactly that revision (the request went back to the
+                // revision a worker holds) is its first attempt.
+                let running_it = current.claimed_revision.as_deref() == Some(requested.revision.as_str());
+                next.attempt_count = i64::from(running_it);
                 next.failure_count = 0;
                 next.interruption_count = 0;
                 if requested.requeue {

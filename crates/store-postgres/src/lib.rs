@@ -1,0 +1,490 @@
+//! The PostgreSQL backend of opledger, for deployments whose workers span
+//! many hosts: the same contract as the SQLite backend, proven by the same
+//! conformance suite.
+//!
+//! **Ordering.** Every write transaction takes one transaction-level
+//! advisory lock (`pg_advisory_xact_lock`, [`tx::APPEND_LOCK`]) right after
+//! BEGIN, in the same round trip, and holds it until COMMIT or ROLLBACK.
+//! Write transactions on a database therefore run one at a time, whichever
+//! connection, process or host they come from, exactly as SQLite's single
+//! writer runs them: each reads the head only after the previous writer has
+//! committed, so `seq` is gap-free and in commit order as readers see it (a
+//! reader can never see N+1 while N may still commit), inline projections
+//! fold events in seq order (the order replay uses), and a command decides
+//! on state no other writer can change before it commits (lease rows, which
+//! no stream version guards, included). The log's insert trigger backs this
+//! up in the database itself: seq N+1 can only be inserted once N is
+//! visible. *Cost:* one write transaction at a time per database. The lock
+//! is held across the work's round trips and the commit's WAL flush (it is
+//! released after the commit record is durable), so write throughput is
+//! about one over the length of a transaction; readers never wait (MVCC).
+//! Batching (claims of many tasks, batched requests and completions) is how
+//! a fleet gets throughput. The alternative, overlapping appends with a
+//! high-water mark readers must not pass (Marten's), would let writers
+//! overlap, but every reader of the log would have to track gaps, every
+//! inline fold would still wait for its predecessors, and decisions on
+//! unversioned state (leases) would need locks of their own.
+//!
+//! **Claims** read partial indexes of claimable rows (per kind, and in claim
+//! order across kinds) and of held claims (recovery), so their cost follows
+//! the live queue, not the finished history. They take their rows with
+//! `FOR UPDATE SKIP LOCKED`: under the append lock no other store writer is
+//! open at the same time, so today this only passes over rows some other
+//! client holds; it keeps claims correct and non-blocking if the lock is
+//! ever narrowed to the append alone.
+//!
+//! **Round trips.** Key sets and row batches travel as one array parameter
+//! per column, so a statement's text is fixed per table and prepared once
+//! per connection; lease writes are gathered and sent as two statements
+//! before the next read or the commit. The planner's statistics are kept in
+//! step with a growing log even where autovacuum is off (see `Statistics`).
+//!
+//! **Types.** Ids are `uuid`, times `timestamptz` (exact to the microsecond,
+//! as `Timestamp` is), JSON is `text` (jsonb would reorder keys; verify
+//! compares stored text).
+//!
+//! There is no group commit: each `write` runs on a pooled connection in a
+//! transaction of its own, on a task of its own (a caller that stops
+//! waiting does not cut the transaction short), and `Err` or a panic in the
+//! work rolls back everything it did. Unlike SQLite, a failed statement
+//! aborts the whole PostgreSQL transaction: work that caught a store error
+//! and went on would get Unavailable from its next statement.
+//!
+//! This crate must not know business rules: it stores events and the rows
+//! that the domain's folds computed, and maps PostgreSQL's SQLSTATEs to the
+//! neutral kinds of `opledger-store` (see `error.rs`, the only place that
+//! knows them). Nothing above the store sees a driver type or a SQLSTATE.
+
+mod config;
+mod ddl;
+mod error;
+mod rows;
+mod scratch;
+pub mod tx;
+mod work;
+
+pub use config::PostgresConfig;
+pub use scratch::PostgresScratch;
+pub use tx::PostgresTx;
+
+use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
+use futures::FutureExt;
+use opledger_domain::projections::{all_specs, Cell, ColumnType, Row, TableSpec};
+use opledger_domain::{EventEnvelope, StreamId, Timestamp};
+use opledger_store::{BoxFuture, ExpiredClaim, Lease, ProjectionState, Store, StoreError};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{ConnectOptions, PgConnection, PgPool, Row as _};
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How long a caller waits for a pooled connection before the database is
+/// reported unavailable.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The durable schema, embedded at build time (no database needed to build).
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/postgres");
+
+/// A handle to one PostgreSQL database. Cheap to clone; the pools live
+/// until the last clone is dropped.
+#[derive(Clone)]
+pub struct PostgresStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: PostgresConfig,
+    writers: PgPool,
+    readers: PgPool,
+    statistics: Statistics,
+}
+
+/// Keeps the planner's statistics in step with a growing log.
+///
+/// PostgreSQL plans lookups from statistics that ANALYZE gathers, and
+/// autovacuum runs ANALYZE as tables grow; a new ANALYZE also makes every
+/// connection re-plan its prepared statements. Where autovacuum is off (as
+/// on the server CI runs against) or lags behind a log growing from empty,
+/// the planner goes on believing a table is nearly empty, and plans made
+/// then scan it sequentially for every lookup: each command's cost grows
+/// with the history (measured: a 32-task claim batch fell from ~600 to
+/// ~130 tasks/s by 30,000 tasks). So whenever the log head passes twice the size
+/// this process last checked at, a background task compares the log's
+/// row estimate (`pg_class.reltuples`) with the head and analyzes the
+/// store's tables if the estimate is missing or less than half of it.
+/// Where autovacuum keeps up this finds nothing to do; otherwise it costs
+/// one sampled ANALYZE per doubling of the log.
+struct Statistics {
+    /// The head at which to check next.
+    next_check: AtomicI64,
+    checking: AtomicBool,
+}
+
+/// The log size below which statistics do not matter yet.
+const FIRST_STATISTICS_CHECK: i64 = 1_000;
+
+impl PostgresStore {
+    /// Connects, migrates the database, and creates the tables of
+    /// projections it does not have yet.
+    pub async fn open(config: PostgresConfig) -> Result<Self, StoreError> {
+        let options = connect_options(&config);
+        migrate(&options, &config).await?;
+        let writers = pool(&options, config.write_connections);
+        let readers = pool(&options, config.read_connections);
+        tx::ensure_projection_tables(&writers).await?;
+        let store = PostgresStore {
+            inner: Arc::new(Inner {
+                config,
+                writers,
+                readers,
+                statistics: Statistics {
+                    next_check: AtomicI64::new(0),
+                    checking: AtomicBool::new(false),
+                },
+            }),
+        };
+        // An existing database may never have been analyzed.
+        let head = store.head().await?;
+        store.check_statistics(head);
+        Ok(store)
+    }
+
+    /// Starts a statistics check in the background when the log has grown
+    /// past the next checkpoint (see [`Statistics`]).
+    fn check_statistics(&self, head: i64) {
+        let statistics = &self.inner.statistics;
+        if head < FIRST_STATISTICS_CHECK || head < statistics.next_check.load(Ordering::Relaxed) {
+            return;
+        }
+        if statistics.checking.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let inner = self.inner.clone();
+        tokio::spawn(async move {
+            if let Err(error) = analyze_if_stale(&inner.readers, head).await {
+                tracing::warn!(%error, "refreshing planner statistics");
+            }
+            inner
+                .statistics
+                .next_check
+                .store(head.saturating_mul(2), Ordering::Relaxed);
+            inner.statistics.checking.store(false, Ordering::Release);
+        });
+    }
+
+    pub fn config(&self) -> &PostgresConfig {
+        &self.inner.config
+    }
+
+    /// A fresh connection outside the store's pools: for tests and
+    /// benchmarks that need to bypass the store.
+    pub async fn raw_connection(&self) -> Result<PgConnection, StoreError> {
+        connect_options(&self.inner.config)
+            .connect()
+            .await
+            .map_err(|error| error::map(error, &format!("connecting to {}", self.inner.config.describe())))
+    }
+}
+
+fn connect_options(config: &PostgresConfig) -> PgConnectOptions {
+    config
+        .options
+        .clone()
+        .application_name("opledger")
+        .statement_cache_capacity(256)
+        .disable_statement_logging()
+}
+
+/// Pools connect lazily: opening a store costs one connection, not a pool's worth.
+fn pool(options: &PgConnectOptions, size: u32) -> PgPool {
+    PgPoolOptions::new()
+        .max_connections(size.max(1))
+        .min_connections(0)
+        .acquire_timeout(ACQUIRE_TIMEOUT)
+        .connect_lazy_with(options.clone())
+}
+
+/// Runs the migrations. sqlx's migrator holds a session advisory lock while
+/// it works, so processes opening a new database at once take turns; a
+/// loser of the race to create the migrations table retries.
+async fn migrate(options: &PgConnectOptions, config: &PostgresConfig) -> Result<(), StoreError> {
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(ACQUIRE_TIMEOUT)
+        .connect_with(options.clone())
+        .await
+        .map_err(|error| error::map(error, &format!("connecting to {}", config.describe())))?;
+    let mut attempt = 0;
+    let result = loop {
+        match MIGRATOR.run(&pool).await {
+            Ok(()) => break Ok(()),
+            Err(error) if attempt < 5 => {
+                tracing::debug!(%error, attempt, "migration raced another process; retrying");
+                attempt += 1;
+                tokio::time::sleep(Duration::from_millis(50 * attempt)).await;
+            }
+            Err(error) => break Err(StoreError::unavailable(format!("migrating the database: {error}"))),
+        }
+    };
+    pool.close().await;
+    result
+}
+
+/// Analyzes the store's tables if the log's row estimate is missing or
+/// less than half of `head`.
+async fn analyze_if_stale(pool: &PgPool, head: i64) -> Result<(), StoreError> {
+    let estimate: Option<f32> =
+        sqlx::query_scalar("SELECT reltuples FROM pg_class WHERE oid = to_regclass('media_operation_events')")
+            .fetch_optional(pool)
+            .await
+            .map_err(|error| error::map(error, "reading planner statistics"))?;
+    let estimate = estimate.unwrap_or(-1.0);
+    if estimate >= 0.0 && f64::from(estimate) * 2.0 >= head as f64 {
+        return Ok(());
+    }
+    let mut tables = vec!["media_operation_events", "task_leases", "projection_positions"];
+    tables.extend(
+        all_specs()
+            .iter()
+            .flat_map(|spec| spec.tables.iter().map(|table| table.name)),
+    );
+    let started = std::time::Instant::now();
+    sqlx::query(&format!("ANALYZE {}", tables.join(", ")))
+        .execute(pool)
+        .await
+        .map_err(|error| error::map(error, "analyzing the store's tables"))?;
+    tracing::debug!(
+        head,
+        estimate,
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "analyzed"
+    );
+    Ok(())
+}
+
+/// Runs one piece of work in its own write transaction: commit on `Ok`,
+/// roll back on `Err` or a panic (reported as Unavailable, as SQLite's
+/// writer reports a panicking piece).
+async fn run_write<R, E, F>(writers: PgPool, work: F) -> (Result<R, E>, Option<i64>)
+where
+    R: Send + 'static,
+    E: From<StoreError> + Send + 'static,
+    F: for<'t> FnOnce(&'t mut PostgresTx) -> BoxFuture<'t, Result<R, E>> + Send + 'static,
+{
+    let mut tx = match PostgresTx::begin(&writers).await {
+        Ok(tx) => tx,
+        Err(error) => return (Err(E::from(error)), None),
+    };
+    let outcome = AssertUnwindSafe(work(&mut tx)).catch_unwind().await;
+    match outcome {
+        Ok(Ok(value)) => {
+            let head = tx.known_head();
+            match tx.commit().await {
+                Ok(()) => (Ok(value), head),
+                Err(error) => (Err(E::from(error)), None),
+            }
+        }
+        Ok(Err(error)) => {
+            tx.rollback().await;
+            (Err(error), None)
+        }
+        Err(_) => {
+            tx.rollback().await;
+            let error = StoreError::unavailable("the write work panicked; everything it did was rolled back");
+            (Err(E::from(error)), None)
+        }
+    }
+}
+
+impl Store for PostgresStore {
+    type Tx = PostgresTx;
+    type Scratch = PostgresScratch;
+
+    fn backend(&self) -> &'static str {
+        "postgres"
+    }
+
+    fn write<R, E, F>(&self, work: F) -> impl std::future::Future<Output = Result<R, E>> + Send
+    where
+        R: Send + 'static,
+        E: From<StoreError> + Send + 'static,
+        F: for<'t> FnOnce(&'t mut Self::Tx) -> BoxFuture<'t, Result<R, E>> + Send + 'static,
+    {
+        let store = self.clone();
+        async move {
+            // A task of its own: once started, the transaction runs to its
+            // commit or rollback even if the caller stops waiting, as it
+            // would on SQLite's writer.
+            match tokio::spawn(run_write(store.inner.writers.clone(), work)).await {
+                Ok((result, head)) => {
+                    if let Some(head) = head {
+                        store.check_statistics(head);
+                    }
+                    result
+                }
+                Err(error) => Err(E::from(StoreError::unavailable(format!(
+                    "the PostgreSQL write task stopped: {error}"
+                )))),
+            }
+        }
+    }
+
+    async fn read_stream(&self, stream_id: &StreamId) -> Result<Vec<EventEnvelope>, StoreError> {
+        let sql = format!(
+            "SELECT {} FROM media_operation_events WHERE stream_id = $1 ORDER BY stream_version",
+            rows::EVENT_COLUMNS
+        );
+        let fetched = sqlx::query(&sql)
+            .bind(stream_id.as_str())
+            .fetch_all(&self.inner.readers)
+            .await
+            .map_err(|error| error::map(error, "reading a stream"))?;
+        fetched.iter().map(rows::decode_event).collect()
+    }
+
+    fn read_all(&self, after: i64, page_size: usize) -> BoxStream<'static, Result<EventEnvelope, StoreError>> {
+        let pool = self.inner.readers.clone();
+        let page_size = page_size.max(1);
+        // Keyset paging: each page is its own short read, so memory holds one
+        // page whatever the log size and no read transaction stays open.
+        stream::try_unfold(Some(after), move |position| {
+            let pool = pool.clone();
+            async move {
+                let Some(position) = position else {
+                    return Ok(None);
+                };
+                let mut connection = pool
+                    .acquire()
+                    .await
+                    .map_err(|error| error::map(error, "reading the event log"))?;
+                let page = rows::read_events(&mut connection, position, page_size).await?;
+                let next = if page.len() < page_size {
+                    None
+                } else {
+                    page.last().map(|event| event.seq)
+                };
+                Ok::<_, StoreError>(Some((stream::iter(page.into_iter().map(Ok)), next)))
+            }
+        })
+        .try_flatten()
+        .boxed()
+    }
+
+    async fn head(&self) -> Result<i64, StoreError> {
+        sqlx::query_scalar::<_, i64>("SELECT COALESCE(MAX(seq), 0) FROM media_operation_events")
+            .fetch_one(&self.inner.readers)
+            .await
+            .map_err(|error| error::map(error, "reading the log head"))
+    }
+
+    async fn load_rows(&self, table: &'static TableSpec, keys: &[String]) -> Result<Vec<Row>, StoreError> {
+        let mut connection = self.read_connection().await?;
+        rows::load(&mut connection, table, ddl::Copy::Live, keys).await
+    }
+
+    async fn scan_table(&self, table: &'static TableSpec) -> Result<Vec<Row>, StoreError> {
+        let sql = format!(
+            "SELECT {} FROM {} ORDER BY {}",
+            rows::column_list(table),
+            table.name,
+            rows::key_column(table)
+        );
+        let fetched = sqlx::query(&sql)
+            .fetch_all(&self.inner.readers)
+            .await
+            .map_err(|error| error::map(error, &format!("scanning {}", table.name)))?;
+        fetched.iter().map(|row| rows::decode_row(row, table)).collect()
+    }
+
+    async fn projection_states(&self) -> Result<Vec<ProjectionState>, StoreError> {
+        let fetched = sqlx::query("SELECT name, version, position FROM projection_positions ORDER BY name")
+            .fetch_all(&self.inner.readers)
+            .await
+            .map_err(|error| error::map(error, "reading projection positions"))?;
+        let mut states = Vec::new();
+        for row in fetched {
+            let name: String = row.get(0);
+            if name.ends_with(ddl::SHADOW_SUFFIX) {
+                continue;
+            }
+            let version: i64 = row.get(1);
+            states.push(ProjectionState {
+                name,
+                version: u32::try_from(version).map_err(|error| StoreError::corrupt(error.to_string()))?,
+                position: row.get(2),
+            });
+        }
+        // Keep the build's fold order, the order status shows them in.
+        let order: Vec<&str> = all_specs().iter().map(|spec| spec.name).collect();
+        states.sort_by_key(|state| order.iter().position(|name| *name == state.name).unwrap_or(usize::MAX));
+        Ok(states)
+    }
+
+    async fn count_by(
+        &self,
+        table: &'static TableSpec,
+        column: &'static str,
+    ) -> Result<Vec<(Option<String>, i64)>, StoreError> {
+        let ty = rows::check_column(table, column)?;
+        // SQLite's order: bytewise for text, NULL first.
+        let order = match ty {
+            ColumnType::Text | ColumnType::Json => format!("{column} COLLATE \"C\" NULLS FIRST"),
+            _ => format!("{column} NULLS FIRST"),
+        };
+        let sql = format!(
+            "SELECT {column}::text, COUNT(*) FROM {} GROUP BY {column} ORDER BY {order}",
+            table.name
+        );
+        let fetched = sqlx::query(&sql)
+            .fetch_all(&self.inner.readers)
+            .await
+            .map_err(|error| error::map(error, &format!("counting {}", table.name)))?;
+        Ok(fetched
+            .iter()
+            .map(|row| (row.get::<Option<String>, _>(0), row.get::<i64, _>(1)))
+            .collect())
+    }
+
+    async fn count_rows(&self, table: &'static TableSpec) -> Result<i64, StoreError> {
+        sqlx::query_scalar::<_, i64>(&format!("SELECT COUNT(*) FROM {}", table.name))
+            .fetch_one(&self.inner.readers)
+            .await
+            .map_err(|error| error::map(error, &format!("counting {}", table.name)))
+    }
+
+    async fn find_rows(
+        &self,
+        table: &'static TableSpec,
+        filters: &[(&'static str, Cell)],
+        limit: usize,
+    ) -> Result<Vec<Row>, StoreError> {
+        let mut connection = self.read_connection().await?;
+        rows::find(&mut connection, table, ddl::Copy::Live, filters, limit).await
+    }
+
+    async fn lease(&self, claim_token: &str) -> Result<Option<Lease>, StoreError> {
+        work::lease(&self.inner.readers, claim_token).await
+    }
+
+    async fn expired_claims(&self, now: Timestamp, limit: usize) -> Result<Vec<ExpiredClaim>, StoreError> {
+        work::expired_claims(&self.inner.readers, now, limit).await
+    }
+
+    async fn open_scratch(&self) -> Result<PostgresScratch, StoreError> {
+        // A connection of its own, outside the pools: a replay may hold it
+        // for minutes.
+        let connection = self.raw_connection().await?;
+        PostgresScratch::open(connection).await
+    }
+}
+
+impl PostgresStore {
+    async fn read_connection(&self) -> Result<sqlx::pool::PoolConnection<sqlx::Postgres>, StoreError> {
+        self.inner
+            .readers
+            .acquire()
+            .await
+            .map_err(|error| error::map(error, "opening a read connection"))
+    }
+}

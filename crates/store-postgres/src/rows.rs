@@ -1,0 +1,545 @@
+//! Generic projection-row SQL: any table described by a [`TableSpec`] is
+//! loaded, upserted, deleted and compared the same way, so a new projection
+//! needs DDL but no new store code.
+//!
+//! Sets of keys and rows travel as one array parameter per column
+//! (`= ANY($1)`, `UNNEST($1, $2, …)`), so each statement's text is fixed per
+//! table: it is prepared once per connection whatever the batch size, and
+//! no batch ever meets a parameter limit.
+
+use crate::ddl::{self, Copy};
+use crate::error::map;
+use chrono::{DateTime, Utc};
+use opledger_domain::events::Event;
+use opledger_domain::projections::{Cell, ColumnType, Row, RowKey, TableSpec};
+use opledger_domain::{EventEnvelope, StreamId, Timestamp};
+use opledger_store::StoreError;
+use sqlx::postgres::{PgArguments, PgRow};
+use sqlx::{PgConnection, Postgres, Row as _};
+use std::collections::BTreeMap;
+use uuid::Uuid;
+
+pub(crate) type PgQuery<'q> = sqlx::query::Query<'q, Postgres, PgArguments>;
+
+/// The native type a neutral column type is stored as.
+pub(crate) fn sql_type(ty: ColumnType) -> &'static str {
+    match ty {
+        ColumnType::Integer => "bigint",
+        ColumnType::Real => "double precision",
+        // JSON stays text: the stored text must be exactly what was written
+        // (jsonb would reorder keys), and verify compares it as text.
+        ColumnType::Text | ColumnType::Json => "text",
+        ColumnType::Bool => "boolean",
+        ColumnType::Timestamp => "timestamptz",
+        ColumnType::Uuid => "uuid",
+    }
+}
+
+/// One column's values, typed for binding as a scalar or an array.
+pub(crate) enum Values {
+    Integer(Vec<Option<i64>>),
+    Real(Vec<Option<f64>>),
+    Text(Vec<Option<String>>),
+    Bool(Vec<Option<bool>>),
+    Timestamp(Vec<Option<DateTime<Utc>>>),
+    Uuid(Vec<Option<Uuid>>),
+}
+
+impl Values {
+    pub(crate) fn new(ty: ColumnType, capacity: usize) -> Self {
+        match ty {
+            ColumnType::Integer => Values::Integer(Vec::with_capacity(capacity)),
+            ColumnType::Real => Values::Real(Vec::with_capacity(capacity)),
+            ColumnType::Text | ColumnType::Json => Values::Text(Vec::with_capacity(capacity)),
+            ColumnType::Bool => Values::Bool(Vec::with_capacity(capacity)),
+            ColumnType::Timestamp => Values::Timestamp(Vec::with_capacity(capacity)),
+            ColumnType::Uuid => Values::Uuid(Vec::with_capacity(capacity)),
+        }
+    }
+
+    /// Appends a cell converted to this column's type. A cell that cannot be
+    /// (text in an integer column, a malformed uuid) is refused as the
+    /// database would refuse it: Constraint.
+    pub(crate) fn push(&mut self, cell: &Cell) -> Result<(), String> {
+        let wrong = |expected: &str| format!("expected {expected}, found {cell}");
+        match self {
+            Values::Integer(values) => values.push(match cell {
+                Cell::Null => None,
+                Cell::Integer(value) => Some(*value),
+                Cell::Bool(value) => Some(i64::from(*value)),
+                _ => return Err(wrong("an integer")),
+            }),
+            Values::Real(values) => values.push(match cell {
+                Cell::Null => None,
+                Cell::Real(value) => Some(*value),
+                Cell::Integer(value) => Some(*value as f64),
+                _ => return Err(wrong("a number")),
+            }),
+            Values::Text(values) => values.push(match cell {
+                Cell::Null => None,
+                Cell::Text(value) | Cell::Json(value) => Some(value.clone()),
+                Cell::Uuid(value) => Some(value.hyphenated().to_string()),
+                Cell::Timestamp(value) => Some(value.to_rfc3339()),
+                _ => return Err(wrong("text")),
+            }),
+            Values::Bool(values) => values.push(match cell {
+                Cell::Null => None,
+                Cell::Bool(value) => Some(*value),
+                Cell::Integer(0) => Some(false),
+                Cell::Integer(1) => Some(true),
+                _ => return Err(wrong("a boolean")),
+            }),
+            Values::Timestamp(values) => values.push(match cell {
+                Cell::Null => None,
+                Cell::Timestamp(value) => Some(value.to_datetime()),
+                Cell::Text(text) => Some(Timestamp::parse(text)?.to_datetime()),
+                _ => return Err(wrong("a timestamp")),
+            }),
+            Values::Uuid(values) => values.push(match cell {
+                Cell::Null => None,
+                Cell::Uuid(value) => Some(*value),
+                Cell::Text(text) => Some(Uuid::parse_str(text).map_err(|error| format!("{text:?}: {error}"))?),
+                _ => return Err(wrong("a uuid")),
+            }),
+        }
+        Ok(())
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        match self {
+            Values::Integer(values) => values.is_empty(),
+            Values::Real(values) => values.is_empty(),
+            Values::Text(values) => values.is_empty(),
+            Values::Bool(values) => values.is_empty(),
+            Values::Timestamp(values) => values.is_empty(),
+            Values::Uuid(values) => values.is_empty(),
+        }
+    }
+
+    /// Binds every value as one array parameter.
+    pub(crate) fn bind_array(self, query: PgQuery<'_>) -> PgQuery<'_> {
+        match self {
+            Values::Integer(values) => query.bind(values),
+            Values::Real(values) => query.bind(values),
+            Values::Text(values) => query.bind(values),
+            Values::Bool(values) => query.bind(values),
+            Values::Timestamp(values) => query.bind(values),
+            Values::Uuid(values) => query.bind(values),
+        }
+    }
+
+    /// Binds the first value as a scalar parameter.
+    fn bind_first(self, query: PgQuery<'_>) -> PgQuery<'_> {
+        fn first<T>(values: Vec<Option<T>>) -> Option<T> {
+            values.into_iter().next().flatten()
+        }
+        match self {
+            Values::Integer(values) => query.bind(first(values)),
+            Values::Real(values) => query.bind(first(values)),
+            Values::Text(values) => query.bind(first(values)),
+            Values::Bool(values) => query.bind(first(values)),
+            Values::Timestamp(values) => query.bind(first(values)),
+            Values::Uuid(values) => query.bind(first(values)),
+        }
+    }
+}
+
+/// Binds one cell as a parameter of the column's native type.
+pub(crate) fn bind_cell<'q>(
+    query: PgQuery<'q>,
+    table: &TableSpec,
+    column: &str,
+    ty: ColumnType,
+    cell: &Cell,
+) -> Result<PgQuery<'q>, StoreError> {
+    let mut values = Values::new(ty, 1);
+    values
+        .push(cell)
+        .map_err(|error| StoreError::constraint(format!("{} column {column}: {error}", table.name)))?;
+    Ok(values.bind_first(query))
+}
+
+/// Decodes column `index` of `row` as `ty`.
+pub fn decode_cell(row: &PgRow, index: usize, ty: ColumnType, table: &str) -> Result<Cell, StoreError> {
+    let bad = |error: sqlx::Error| StoreError::corrupt(format!("{table} column {index}: {error}"));
+    Ok(match ty {
+        ColumnType::Integer => row.try_get::<Option<i64>, _>(index).map_err(bad)?.map(Cell::Integer),
+        ColumnType::Real => row.try_get::<Option<f64>, _>(index).map_err(bad)?.map(Cell::Real),
+        ColumnType::Text => row.try_get::<Option<String>, _>(index).map_err(bad)?.map(Cell::Text),
+        ColumnType::Json => row.try_get::<Option<String>, _>(index).map_err(bad)?.map(Cell::Json),
+        ColumnType::Bool => row.try_get::<Option<bool>, _>(index).map_err(bad)?.map(Cell::Bool),
+        ColumnType::Timestamp => row
+            .try_get::<Option<DateTime<Utc>>, _>(index)
+            .map_err(bad)?
+            .map(|at| Cell::Timestamp(Timestamp::from_datetime(at))),
+        ColumnType::Uuid => row.try_get::<Option<Uuid>, _>(index).map_err(bad)?.map(Cell::Uuid),
+    }
+    .unwrap_or(Cell::Null))
+}
+
+pub fn decode_cells(row: &PgRow, table: &TableSpec) -> Result<Vec<Cell>, StoreError> {
+    table
+        .columns
+        .iter()
+        .enumerate()
+        .map(|(index, column)| decode_cell(row, index, column.ty, table.name))
+        .collect()
+}
+
+pub(crate) fn decode_row(row: &PgRow, table: &TableSpec) -> Result<Row, StoreError> {
+    let cells = decode_cells(row, table)?;
+    Row::from_cells(table, cells).map_err(|error| StoreError::corrupt(error.to_string()))
+}
+
+pub(crate) fn column_list(table: &TableSpec) -> String {
+    table.column_names().collect::<Vec<_>>().join(", ")
+}
+
+pub(crate) fn key_column(table: &TableSpec) -> &'static str {
+    assert_eq!(
+        table.key_columns, 1,
+        "{} has a composite key; extend rows.rs",
+        table.name
+    );
+    table.columns[0].name
+}
+
+/// A column that `table` must have, or Constraint: the caller named a
+/// column the projection does not define. Also what makes it safe to put
+/// the name into SQL text.
+pub(crate) fn check_column(table: &TableSpec, column: &str) -> Result<ColumnType, StoreError> {
+    table
+        .columns
+        .iter()
+        .find(|known| known.name == column)
+        .map(|known| known.ty)
+        .ok_or_else(|| StoreError::constraint(format!("{} has no column {column}", table.name)))
+}
+
+/// Keys given as text (how `RowKey` renders them), typed for the key
+/// column. A key that is not of the column's type cannot name a stored row,
+/// so it is left out: absent keys are simply missing from answers.
+fn key_values(table: &TableSpec, keys: &[&str]) -> Values {
+    let ty = table.columns[0].ty;
+    assert!(
+        matches!(ty, ColumnType::Uuid | ColumnType::Text),
+        "{}: key type {ty:?} not supported",
+        table.name
+    );
+    let mut values = Values::new(ty, keys.len());
+    for key in keys {
+        let _ = values.push(&Cell::Text((*key).to_string()));
+    }
+    values
+}
+
+fn fetch_error(name: &str, what: &str) -> impl Fn(sqlx::Error) -> StoreError {
+    let context = format!("{what} {name}");
+    move |error| map(error, &context)
+}
+
+/// Loads rows by key from one copy of a table.
+pub async fn load(
+    conn: &mut PgConnection,
+    table: &'static TableSpec,
+    copy: Copy<'_>,
+    keys: &[String],
+) -> Result<Vec<Row>, StoreError> {
+    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    let values = key_values(table, &keys);
+    if values.is_empty() {
+        return Ok(Vec::new());
+    }
+    let name = ddl::table_name(table.name, copy);
+    let sql = format!(
+        "SELECT {} FROM {name} WHERE {} = ANY($1::{}[])",
+        column_list(table),
+        key_column(table),
+        sql_type(table.columns[0].ty)
+    );
+    let fetched = values
+        .bind_array(sqlx::query(&sql))
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(fetch_error(&name, "loading"))?;
+    fetched.iter().map(|row| decode_row(row, table)).collect()
+}
+
+/// Rows of one copy of a table whose columns equal the given cells.
+pub async fn find(
+    conn: &mut PgConnection,
+    table: &'static TableSpec,
+    copy: Copy<'_>,
+    filters: &[(&'static str, Cell)],
+    limit: usize,
+) -> Result<Vec<Row>, StoreError> {
+    let mut conditions = Vec::with_capacity(filters.len());
+    for (index, (column, _)) in filters.iter().enumerate() {
+        check_column(table, column)?;
+        conditions.push(format!("{column} = ${}", index + 1));
+    }
+    let name = ddl::table_name(table.name, copy);
+    let sql = format!(
+        "SELECT {} FROM {name}{}{} ORDER BY {} LIMIT ${}",
+        column_list(table),
+        if conditions.is_empty() { "" } else { " WHERE " },
+        conditions.join(" AND "),
+        key_column(table),
+        filters.len() + 1
+    );
+    let mut query = sqlx::query(&sql);
+    for (column, cell) in filters {
+        query = bind_cell(query, table, column, check_column(table, column)?, cell)?;
+    }
+    let fetched = query
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(fetch_error(&name, "searching"))?;
+    fetched.iter().map(|row| decode_row(row, table)).collect()
+}
+
+/// Rows of one copy of a table whose `column` is one of `values`, in
+/// primary-key order.
+pub async fn find_in(
+    conn: &mut PgConnection,
+    table: &'static TableSpec,
+    copy: Copy<'_>,
+    column: &'static str,
+    values: &[Cell],
+) -> Result<Vec<Row>, StoreError> {
+    let ty = check_column(table, column)?;
+    if values.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut typed = Values::new(ty, values.len());
+    for cell in values {
+        typed
+            .push(cell)
+            .map_err(|error| StoreError::constraint(format!("{} column {column}: {error}", table.name)))?;
+    }
+    let name = ddl::table_name(table.name, copy);
+    let sql = format!(
+        "SELECT {} FROM {name} WHERE {column} = ANY($1::{}[]) ORDER BY {}",
+        column_list(table),
+        sql_type(ty),
+        key_column(table)
+    );
+    let fetched = typed
+        .bind_array(sqlx::query(&sql))
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(fetch_error(&name, "searching"))?;
+    fetched.iter().map(|row| decode_row(row, table)).collect()
+}
+
+/// Writes projection changes: upserts parents first, then deletes children
+/// first, one statement per table and kind.
+pub async fn write_rows(
+    conn: &mut PgConnection,
+    table_order: &[&'static TableSpec],
+    copy: Copy<'_>,
+    changes: &[(RowKey, Option<Row>)],
+) -> Result<(), StoreError> {
+    for table in table_order {
+        // One INSERT … ON CONFLICT may not touch a row twice; a key given
+        // twice keeps its last row, as successive upserts would.
+        let mut position: BTreeMap<&str, usize> = BTreeMap::new();
+        let mut upserts: Vec<&Row> = Vec::new();
+        for (key, row) in changes.iter().filter(|(key, _)| key.table == table.name) {
+            if let Some(row) = row {
+                match position.get(key.key.as_str()) {
+                    Some(index) => upserts[*index] = row,
+                    None => {
+                        position.insert(key.key.as_str(), upserts.len());
+                        upserts.push(row);
+                    }
+                }
+            }
+        }
+        if !upserts.is_empty() {
+            upsert(conn, table, copy, &upserts).await?;
+        }
+    }
+    for table in table_order.iter().rev() {
+        let deletes: Vec<&str> = changes
+            .iter()
+            .filter(|(key, row)| key.table == table.name && row.is_none())
+            .map(|(key, _)| key.key.as_str())
+            .collect();
+        if !deletes.is_empty() {
+            delete(conn, table, copy, &deletes).await?;
+        }
+    }
+    Ok(())
+}
+
+async fn upsert(conn: &mut PgConnection, table: &TableSpec, copy: Copy<'_>, rows: &[&Row]) -> Result<(), StoreError> {
+    let mut columns: Vec<Values> = table
+        .columns
+        .iter()
+        .map(|column| Values::new(column.ty, rows.len()))
+        .collect();
+    for row in rows {
+        let cells = row.to_cells();
+        if cells.len() != table.columns.len() {
+            return Err(StoreError::constraint(format!(
+                "a row of {} with {} cells, not {}",
+                table.name,
+                cells.len(),
+                table.columns.len()
+            )));
+        }
+        for ((values, cell), column) in columns.iter_mut().zip(&cells).zip(table.columns) {
+            values
+                .push(cell)
+                .map_err(|error| StoreError::constraint(format!("{} column {}: {error}", table.name, column.name)))?;
+        }
+    }
+    let name = ddl::table_name(table.name, copy);
+    let arrays: Vec<String> = table
+        .columns
+        .iter()
+        .enumerate()
+        .map(|(index, column)| format!("${}::{}[]", index + 1, sql_type(column.ty)))
+        .collect();
+    let updates: Vec<String> = table
+        .columns
+        .iter()
+        .skip(table.key_columns)
+        .map(|column| format!("{0} = EXCLUDED.{0}", column.name))
+        .collect();
+    let sql = format!(
+        "INSERT INTO {name} ({}) SELECT * FROM UNNEST({}) ON CONFLICT ({}) DO UPDATE SET {}",
+        column_list(table),
+        arrays.join(", "),
+        key_column(table),
+        updates.join(", ")
+    );
+    let mut query = sqlx::query(&sql);
+    for values in columns {
+        query = values.bind_array(query);
+    }
+    query.execute(&mut *conn).await.map_err(fetch_error(&name, "writing"))?;
+    Ok(())
+}
+
+async fn delete(conn: &mut PgConnection, table: &TableSpec, copy: Copy<'_>, keys: &[&str]) -> Result<(), StoreError> {
+    let values = key_values(table, keys);
+    if values.is_empty() {
+        return Ok(());
+    }
+    let name = ddl::table_name(table.name, copy);
+    let sql = format!(
+        "DELETE FROM {name} WHERE {} = ANY($1::{}[])",
+        key_column(table),
+        sql_type(table.columns[0].ty)
+    );
+    values
+        .bind_array(sqlx::query(&sql))
+        .execute(&mut *conn)
+        .await
+        .map_err(fetch_error(&name, "deleting from"))?;
+    Ok(())
+}
+
+/// The columns of the event log, in the order [`decode_event`] reads them.
+pub const EVENT_COLUMNS: &str =
+    "seq, stream_id, stream_version, event_type, schema_version, payload, recorded_at, actor, correlation_id, causation_id";
+
+/// Decodes one log row. Anything that does not decode is Corrupt, naming the seq.
+pub fn decode_event(row: &PgRow) -> Result<EventEnvelope, StoreError> {
+    let seq: i64 = row.try_get(0).map_err(|error| map(error, "reading seq"))?;
+    let corrupt = |what: String| StoreError::corrupt_at(seq, what);
+    let column = |error: sqlx::Error| StoreError::corrupt_at(seq, error.to_string());
+    let schema_version: i32 = row.try_get(4).map_err(column)?;
+    let schema_version = u32::try_from(schema_version).map_err(|error| corrupt(error.to_string()))?;
+    let event_type: &str = row.try_get(3).map_err(column)?;
+    let payload: &str = row.try_get(5).map_err(column)?;
+    let event = Event::decode(event_type, schema_version, payload).map_err(|error| corrupt(error.to_string()))?;
+    let recorded_at: DateTime<Utc> = row.try_get(6).map_err(column)?;
+    Ok(EventEnvelope {
+        seq,
+        stream_id: StreamId::from_stored(row.try_get(1).map_err(column)?),
+        stream_version: row.try_get(2).map_err(column)?,
+        schema_version,
+        recorded_at: Timestamp::from_datetime(recorded_at),
+        actor: row.try_get(7).map_err(column)?,
+        correlation_id: row.try_get(8).map_err(column)?,
+        causation_id: row.try_get(9).map_err(column)?,
+        event,
+    })
+}
+
+/// Reads up to `limit` events after `after`, in seq order.
+pub async fn read_events(conn: &mut PgConnection, after: i64, limit: usize) -> Result<Vec<EventEnvelope>, StoreError> {
+    let sql = format!("SELECT {EVENT_COLUMNS} FROM media_operation_events WHERE seq > $1 ORDER BY seq LIMIT $2");
+    let fetched = sqlx::query(&sql)
+        .bind(after)
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(|error| map(error, "reading the event log"))?;
+    fetched.iter().map(decode_event).collect()
+}
+
+/// Inserts envelopes (already numbered) in seq order, in one statement.
+pub async fn insert_events(conn: &mut PgConnection, envelopes: &[EventEnvelope]) -> Result<(), StoreError> {
+    if envelopes.is_empty() {
+        return Ok(());
+    }
+    let count = envelopes.len();
+    let mut seqs = Vec::with_capacity(count);
+    let mut streams = Vec::with_capacity(count);
+    let mut versions = Vec::with_capacity(count);
+    let mut types = Vec::with_capacity(count);
+    let mut schema_versions = Vec::with_capacity(count);
+    let mut payloads = Vec::with_capacity(count);
+    let mut times = Vec::with_capacity(count);
+    let mut actors = Vec::with_capacity(count);
+    let mut correlations = Vec::with_capacity(count);
+    let mut causations = Vec::with_capacity(count);
+    for envelope in envelopes {
+        seqs.push(envelope.seq);
+        streams.push(envelope.stream_id.as_str().to_string());
+        versions.push(envelope.stream_version);
+        types.push(envelope.event.event_type().to_string());
+        schema_versions
+            .push(i32::try_from(envelope.schema_version).map_err(|_| {
+                StoreError::constraint(format!("schema version {} too large", envelope.schema_version))
+            })?);
+        payloads.push(envelope.event.payload_json());
+        times.push(envelope.recorded_at.to_datetime());
+        actors.push(envelope.actor.clone());
+        correlations.push(envelope.correlation_id.clone());
+        causations.push(envelope.causation_id.clone());
+    }
+    // ORDER BY: the gap-free trigger checks each row against the rows
+    // inserted before it, so they must arrive in seq order.
+    let sql = format!(
+        "INSERT INTO media_operation_events ({EVENT_COLUMNS}) \
+         SELECT * FROM UNNEST($1::bigint[], $2::text[], $3::bigint[], $4::text[], $5::integer[], $6::text[], \
+                              $7::timestamptz[], $8::text[], $9::text[], $10::text[]) ORDER BY 1"
+    );
+    sqlx::query(&sql)
+        .bind(seqs)
+        .bind(streams)
+        .bind(versions)
+        .bind(types)
+        .bind(schema_versions)
+        .bind(payloads)
+        .bind(times)
+        .bind(actors)
+        .bind(correlations)
+        .bind(causations)
+        .execute(&mut *conn)
+        .await
+        .map_err(|error| map(error, "appending to the event log"))?;
+    Ok(())
+}
+
+/// Runs one or more SQL statements without parameters (the simple query
+/// protocol, so several statements may go in one round trip).
+pub async fn script(connection: &mut PgConnection, sql: &str) -> Result<(), sqlx::Error> {
+    sqlx::Executor::execute(&mut *connection, sql).await.map(|_| ())
+}

@@ -1,0 +1,587 @@
+//! The write transaction: appends, projection rows, positions, shadows.
+//!
+//! Every write transaction begins by taking one transaction-level advisory
+//! lock ([`APPEND_LOCK`]), so write transactions run one at a time per
+//! database, across every connection, process and host, as SQLite's single
+//! writer does. That is what makes `seq` gap-free and in commit order as
+//! readers see it, and lets the work read, decide and write on state no
+//! other writer can change before it commits (see the crate docs).
+
+use crate::ddl::{self, Copy, SHADOW_SUFFIX};
+use crate::error::map;
+use crate::{rows, work};
+use opledger_domain::projections::{all_specs, Cell, ProjectionSpec, Row, RowKey, TableSpec};
+use opledger_domain::EventEnvelope;
+use opledger_store::{ClaimQuery, ExpectedVersion, Lease, RowTarget, StoreError, StreamAppend, TableSet, WriteTx};
+use sqlx::pool::PoolConnection;
+use sqlx::{PgConnection, PgPool, Postgres, Row as _};
+use std::collections::BTreeMap;
+
+/// The advisory lock key every write transaction holds (the bytes of
+/// "opledger"). Advisory locks are per database, so databases on one server
+/// do not contend.
+pub const APPEND_LOCK: i64 = 0x6f70_6c65_6467_6572;
+
+/// How long a write waits for the lock (or any other lock) before it
+/// reports the database unavailable, as SQLite's busy timeout does.
+const LOCK_TIMEOUT: &str = "30s";
+
+/// A pooled connection while it holds a write transaction.
+pub struct PostgresTx {
+    /// Some until the transaction ends; a transaction dropped while open
+    /// (its task cancelled) closes its connection, so the server rolls it
+    /// back, instead of returning it to the pool mid-transaction.
+    connection: Option<PoolConnection<Postgres>>,
+    /// The log head as of this transaction, once read. Safe to cache: the
+    /// advisory lock keeps every other store writer out until we commit.
+    head: Option<i64>,
+    /// Every projection's (version, position), once read (same reason).
+    positions: Option<BTreeMap<String, (i64, i64)>>,
+    tables: TableSet,
+    /// Lease writes not sent yet, by claim token (None: delete), as of the
+    /// last call for each token. Workers write a lease per claim and per
+    /// outcome; gathered, a batch of them costs two statements instead of
+    /// a round trip each. Sent before the next statement of any kind and
+    /// before COMMIT, so the work always reads its own writes.
+    pending_leases: BTreeMap<String, Option<Lease>>,
+}
+
+impl Drop for PostgresTx {
+    fn drop(&mut self) {
+        if let Some(connection) = self.connection.take() {
+            // Detached, the connection is closed on drop instead of pooled:
+            // the server sees the socket end and rolls the transaction back.
+            drop(connection.detach());
+        }
+    }
+}
+
+impl PostgresTx {
+    /// Starts a write transaction on a pooled connection: BEGIN, the lock
+    /// timeout and the advisory lock go in one round trip.
+    pub(crate) async fn begin(pool: &PgPool) -> Result<Self, StoreError> {
+        let connection = pool
+            .acquire()
+            .await
+            .map_err(|error| map(error, "acquiring a write connection"))?;
+        let mut tx = PostgresTx {
+            connection: Some(connection),
+            head: None,
+            positions: None,
+            tables: TableSet::Live,
+            pending_leases: BTreeMap::new(),
+        };
+        let begin = format!(
+            "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'; \
+             SELECT pg_advisory_xact_lock({APPEND_LOCK})"
+        );
+        if let Err(error) = rows::script(tx.raw_conn(), &begin).await {
+            // A lock timeout leaves a healthy connection in a failed
+            // transaction: roll back and pool it (a broken one is closed).
+            tx.rollback().await;
+            return Err(map(error, "starting a write transaction"));
+        }
+        Ok(tx)
+    }
+
+    fn raw_conn(&mut self) -> &mut PgConnection {
+        self.connection
+            .as_deref_mut()
+            .expect("the write transaction is open until commit or rollback")
+    }
+
+    /// The connection, once the gathered writes have been sent.
+    pub(crate) async fn conn(&mut self) -> Result<&mut PgConnection, StoreError> {
+        if !self.pending_leases.is_empty() {
+            let pending = std::mem::take(&mut self.pending_leases);
+            let puts: Vec<&Lease> = pending.values().flatten().collect();
+            let deletes: Vec<&str> = pending
+                .iter()
+                .filter(|(_, lease)| lease.is_none())
+                .map(|(token, _)| token.as_str())
+                .collect();
+            work::write_leases(self.raw_conn(), &puts, &deletes).await?;
+        }
+        Ok(self.raw_conn())
+    }
+
+    /// The log head as this transaction last knew it (after its appends).
+    pub(crate) fn known_head(&self) -> Option<i64> {
+        self.head
+    }
+
+    /// Sends the gathered writes and commits. The connection goes back to
+    /// the pool only if the commit went through.
+    pub(crate) async fn commit(mut self) -> Result<(), StoreError> {
+        // A gathered write the database refuses fails the whole work.
+        let flushed = self.conn().await.map(|_| ());
+        if let Err(error) = flushed {
+            self.rollback().await;
+            return Err(error);
+        }
+        let result = rows::script(self.raw_conn(), "COMMIT").await;
+        match result {
+            Ok(()) => {
+                // Returned to the pool only now that it holds no transaction.
+                drop(self.connection.take());
+                Ok(())
+            }
+            // Whether the commit happened is unknown when the connection
+            // broke; Drop closes it rather than pooling it.
+            Err(error) => Err(map(error, "committing")),
+        }
+    }
+
+    /// Rolls back; a connection that cannot is closed instead of pooled.
+    pub(crate) async fn rollback(mut self) {
+        self.pending_leases.clear();
+        if rows::script(self.raw_conn(), "ROLLBACK").await.is_ok() {
+            drop(self.connection.take());
+        }
+    }
+
+    fn copy(&self) -> Copy<'static> {
+        match self.tables {
+            TableSet::Live => Copy::Live,
+            TableSet::Shadow => Copy::Shadow,
+        }
+    }
+
+    async fn current_head(&mut self) -> Result<i64, StoreError> {
+        if let Some(head) = self.head {
+            return Ok(head);
+        }
+        let head = sqlx::query_scalar::<_, i64>("SELECT COALESCE(MAX(seq), 0) FROM media_operation_events")
+            .fetch_one(self.conn().await?)
+            .await
+            .map_err(|error| map(error, "reading the log head"))?;
+        self.head = Some(head);
+        Ok(head)
+    }
+
+    /// Every projection's (version, position), from the cache or the database.
+    async fn projection_positions(&mut self) -> Result<BTreeMap<String, (i64, i64)>, StoreError> {
+        if let Some(positions) = &self.positions {
+            return Ok(positions.clone());
+        }
+        let rows: Vec<(String, i64, i64)> = sqlx::query_as("SELECT name, version, position FROM projection_positions")
+            .fetch_all(self.conn().await?)
+            .await
+            .map_err(|error| map(error, "reading projection positions"))?;
+        let positions: BTreeMap<String, (i64, i64)> = rows
+            .into_iter()
+            .map(|(name, version, position)| (name, (version, position)))
+            .collect();
+        self.positions = Some(positions.clone());
+        Ok(positions)
+    }
+
+    /// The current version of each stream (absent: 0), read together with
+    /// the log head and the projection positions when those are not known
+    /// yet: the first query of a transaction is one round trip, not three.
+    async fn stream_versions(&mut self, streams: &[&str]) -> Result<BTreeMap<String, i64>, StoreError> {
+        let head_part = if self.head.is_none() {
+            " UNION ALL SELECT NULL, COALESCE(MAX(seq), 0), 0 FROM media_operation_events"
+        } else {
+            ""
+        };
+        let positions_part = if self.positions.is_none() {
+            self.positions = Some(BTreeMap::new());
+            " UNION ALL SELECT name, position, version + 1 FROM projection_positions"
+        } else {
+            ""
+        };
+        let sql = format!(
+            "SELECT stream_id::text, MAX(stream_version), 0::bigint FROM media_operation_events \
+             WHERE stream_id = ANY($1::text[]) GROUP BY stream_id{head_part}{positions_part}"
+        );
+        let streams: Vec<String> = streams.iter().map(|stream| (*stream).to_string()).collect();
+        let fetched = sqlx::query(&sql)
+            .bind(streams)
+            .fetch_all(self.conn().await?)
+            .await
+            .map_err(|error| map(error, "reading stream versions"))?;
+        let mut versions = BTreeMap::new();
+        for row in fetched {
+            // The third column tells the parts apart: 0 for streams and the
+            // head, version + 1 (always > 0) for projection positions.
+            let tag: i64 = row.get(2);
+            match (row.get::<Option<String>, _>(0), tag) {
+                (Some(name), tag) if tag > 0 => {
+                    if let Some(positions) = self.positions.as_mut() {
+                        positions.insert(name, (tag - 1, row.get::<i64, _>(1)));
+                    }
+                }
+                (Some(stream), _) => {
+                    versions.insert(stream, row.get::<i64, _>(1));
+                }
+                (None, _) => self.head = Some(row.get::<i64, _>(1)),
+            }
+        }
+        Ok(versions)
+    }
+}
+
+impl RowTarget for PostgresTx {
+    async fn load_rows(&mut self, table: &'static TableSpec, keys: &[String]) -> Result<Vec<Row>, StoreError> {
+        let copy = self.copy();
+        rows::load(self.conn().await?, table, copy, keys).await
+    }
+
+    async fn write_rows(&mut self, changes: &[(RowKey, Option<Row>)]) -> Result<(), StoreError> {
+        let order: Vec<&'static TableSpec> = all_specs()
+            .iter()
+            .flat_map(|spec| spec.tables.iter().copied())
+            .collect();
+        let copy = self.copy();
+        rows::write_rows(self.conn().await?, &order, copy, changes).await
+    }
+}
+
+impl WriteTx for PostgresTx {
+    async fn append(&mut self, appends: Vec<StreamAppend>) -> Result<Vec<EventEnvelope>, StoreError> {
+        let streams: Vec<&str> = appends.iter().map(|append| append.stream_id.as_str()).collect();
+        let mut versions = self.stream_versions(&streams).await?;
+        // Check every expectation before writing anything, so a refusal
+        // leaves the log untouched.
+        for append in &appends {
+            let current = versions.get(append.stream_id.as_str()).copied().unwrap_or(0);
+            let expected_ok = match append.expected {
+                ExpectedVersion::Any => true,
+                ExpectedVersion::NoStream => current == 0,
+                ExpectedVersion::Exactly(version) => current == version,
+            };
+            if !expected_ok {
+                return Err(StoreError::conflict(format!(
+                    "stream {} is at version {current}, the append expected {:?}",
+                    append.stream_id, append.expected
+                )));
+            }
+        }
+        let head = self.current_head().await?;
+        let mut envelopes = Vec::new();
+        let mut seq = head;
+        for append in appends {
+            let version = versions.entry(append.stream_id.as_str().to_string()).or_insert(0);
+            for new_event in append.events {
+                seq += 1;
+                *version += 1;
+                envelopes.push(EventEnvelope {
+                    seq,
+                    stream_id: append.stream_id.clone(),
+                    stream_version: *version,
+                    schema_version: new_event.event.schema_version(),
+                    recorded_at: new_event.recorded_at,
+                    actor: new_event.actor,
+                    correlation_id: new_event.correlation_id,
+                    causation_id: new_event.causation_id,
+                    event: new_event.event,
+                });
+            }
+        }
+        rows::insert_events(self.conn().await?, &envelopes).await?;
+        self.head = Some(seq);
+        Ok(envelopes)
+    }
+
+    async fn advance_positions(&mut self, from: i64, to: i64) -> Result<(), StoreError> {
+        let positions = self.projection_positions().await?;
+        for spec in all_specs() {
+            match positions.get(spec.name) {
+                Some((version, position)) if *version == i64::from(spec.version) && *position == from => {}
+                found => {
+                    return Err(StoreError::conflict(format!(
+                        "projection {} is at {found:?} (version, seq), not at seq {from} at version {}; \
+                         the database was changed by another version of opledger or needs catching up (restart)",
+                        spec.name, spec.version
+                    )))
+                }
+            }
+        }
+        let names: Vec<String> = all_specs().iter().map(|spec| spec.name.to_string()).collect();
+        sqlx::query("UPDATE projection_positions SET position = $1 WHERE position = $2 AND name = ANY($3::text[])")
+            .bind(to)
+            .bind(from)
+            .bind(names)
+            .execute(self.conn().await?)
+            .await
+            .map_err(|error| map(error, "advancing projection positions"))?;
+        if let Some(positions) = self.positions.as_mut() {
+            for spec in all_specs() {
+                if let Some(entry) = positions.get_mut(spec.name) {
+                    entry.1 = to;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn advance_position(&mut self, spec: &'static ProjectionSpec, from: i64, to: i64) -> Result<(), StoreError> {
+        // Positions change below; forget the cached copy.
+        self.positions = None;
+        let updated = sqlx::query(
+            "UPDATE projection_positions SET position = $1 WHERE name = $2 AND version = $3 AND position = $4",
+        )
+        .bind(to)
+        .bind(spec.name)
+        .bind(i64::from(spec.version))
+        .bind(from)
+        .execute(self.conn().await?)
+        .await
+        .map_err(|error| map(error, "advancing a projection position"))?
+        .rows_affected();
+        if updated != 1 {
+            return Err(StoreError::conflict(format!(
+                "projection {} is not at seq {from} at version {}",
+                spec.name, spec.version
+            )));
+        }
+        Ok(())
+    }
+
+    async fn projection_position(&mut self, spec: &'static ProjectionSpec) -> Result<Option<i64>, StoreError> {
+        sqlx::query_scalar::<_, i64>("SELECT position FROM projection_positions WHERE name = $1 AND version = $2")
+            .bind(spec.name)
+            .bind(i64::from(spec.version))
+            .fetch_optional(self.conn().await?)
+            .await
+            .map_err(|error| map(error, "reading a projection position"))
+    }
+
+    fn use_tables(&mut self, set: TableSet) {
+        self.tables = set;
+    }
+
+    async fn read_events(&mut self, after: i64, limit: usize) -> Result<Vec<EventEnvelope>, StoreError> {
+        rows::read_events(self.conn().await?, after, limit).await
+    }
+
+    async fn head(&mut self) -> Result<i64, StoreError> {
+        self.current_head().await
+    }
+
+    async fn create_shadow(&mut self, spec: &'static ProjectionSpec) -> Result<(), StoreError> {
+        // Positions change below; forget the cached copy.
+        self.positions = None;
+        for table in spec.tables.iter().rev() {
+            // CASCADE: a leftover shadow of a dependent projection may hold
+            // a foreign key into this one; only that constraint goes (the
+            // dependent's shadow is recreated with its family right after).
+            let sql = format!(
+                "DROP TABLE IF EXISTS {} CASCADE",
+                ddl::table_name(table.name, Copy::Shadow)
+            );
+            rows::script(self.conn().await?, &sql)
+                .await
+                .map_err(|error| map(error, "dropping an old shadow"))?;
+        }
+        rows::script(self.conn().await?, &ddl::render(spec, Copy::Shadow))
+            .await
+            .map_err(|error| map(error, &format!("creating the shadow of {}", spec.name)))?;
+        sqlx::query(
+            "INSERT INTO projection_positions (name, version, position) VALUES ($1, $2, 0) \
+             ON CONFLICT (name) DO UPDATE SET version = EXCLUDED.version, position = 0",
+        )
+        .bind(format!("{}{SHADOW_SUFFIX}", spec.name))
+        .bind(i64::from(spec.version))
+        .execute(self.conn().await?)
+        .await
+        .map_err(|error| map(error, "recording the shadow position"))?;
+        Ok(())
+    }
+
+    async fn shadow_position(&mut self, spec: &'static ProjectionSpec) -> Result<Option<i64>, StoreError> {
+        sqlx::query_scalar::<_, i64>("SELECT position FROM projection_positions WHERE name = $1 AND version = $2")
+            .bind(format!("{}{SHADOW_SUFFIX}", spec.name))
+            .bind(i64::from(spec.version))
+            .fetch_optional(self.conn().await?)
+            .await
+            .map_err(|error| map(error, "reading the shadow position"))
+    }
+
+    async fn set_shadow_position(&mut self, spec: &'static ProjectionSpec, position: i64) -> Result<(), StoreError> {
+        // Positions change below; forget the cached copy.
+        self.positions = None;
+        sqlx::query("UPDATE projection_positions SET position = $1 WHERE name = $2")
+            .bind(position)
+            .bind(format!("{}{SHADOW_SUFFIX}", spec.name))
+            .execute(self.conn().await?)
+            .await
+            .map_err(|error| map(error, "recording the shadow position"))?;
+        Ok(())
+    }
+
+    async fn swap_shadows(&mut self, specs: &[&'static ProjectionSpec]) -> Result<(), StoreError> {
+        // Positions change below; forget the cached copy.
+        self.positions = None;
+        let mut shadow_positions = Vec::new();
+        for spec in specs {
+            let position = self
+                .shadow_position(spec)
+                .await?
+                .ok_or_else(|| StoreError::not_found(format!("no shadow of {} to swap in", spec.name)))?;
+            shadow_positions.push((*spec, position));
+        }
+        let tables: Vec<&'static TableSpec> = specs.iter().flat_map(|spec| spec.tables.iter().copied()).collect();
+        let mut script = Vec::new();
+        // Children first (the family's dependents, then each projection's
+        // child tables). No CASCADE: a table outside the family that still
+        // referenced one of these would be a bug, and must fail the swap
+        // rather than silently lose its foreign key.
+        for table in tables.iter().rev() {
+            script.push(format!("DROP TABLE IF EXISTS {}", table.name));
+        }
+        // Foreign keys point at tables, not names, so a child's reference
+        // follows its parent's rename; parents first all the same.
+        for table in &tables {
+            script.push(format!(
+                "ALTER TABLE {} RENAME TO {}",
+                ddl::table_name(table.name, Copy::Shadow),
+                table.name
+            ));
+        }
+        let script = script.join(";\n");
+        rows::script(self.conn().await?, &script)
+            .await
+            .map_err(|error| map(error, "swapping in shadows"))?;
+        // Constraints and indexes keep their shadow names through a table
+        // rename; give them their live names so the next shadow's can be
+        // created as the first one's were (renaming a key's constraint
+        // renames its index too, so constraints go first).
+        for table in &tables {
+            let prefix = format!("{}{SHADOW_SUFFIX}", table.name);
+            let constraints: Vec<String> = sqlx::query_scalar(
+                "SELECT conname::text FROM pg_constraint \
+                 WHERE conrelid = to_regclass($1) AND starts_with(conname::text, $2)",
+            )
+            .bind(table.name)
+            .bind(&prefix)
+            .fetch_all(self.conn().await?)
+            .await
+            .map_err(|error| map(error, "listing shadow constraints"))?;
+            for name in constraints {
+                let live = format!("{}{}", table.name, &name[prefix.len()..]);
+                let sql = format!("ALTER TABLE {} RENAME CONSTRAINT {name} TO {live}", table.name);
+                rows::script(self.conn().await?, &sql)
+                    .await
+                    .map_err(|error| map(error, "renaming a shadow constraint"))?;
+            }
+            let indexes: Vec<String> = sqlx::query_scalar(
+                "SELECT c.relname::text FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid \
+                 WHERE i.indrelid = to_regclass($1) AND starts_with(c.relname::text, $2)",
+            )
+            .bind(table.name)
+            .bind(&prefix)
+            .fetch_all(self.conn().await?)
+            .await
+            .map_err(|error| map(error, "listing shadow indexes"))?;
+            for name in indexes {
+                let live = format!("{}{}", table.name, &name[prefix.len()..]);
+                let sql = format!("ALTER INDEX {name} RENAME TO {live}");
+                rows::script(self.conn().await?, &sql)
+                    .await
+                    .map_err(|error| map(error, "renaming a shadow index"))?;
+            }
+        }
+        for (spec, position) in shadow_positions {
+            sqlx::query("DELETE FROM projection_positions WHERE name = $1")
+                .bind(format!("{}{SHADOW_SUFFIX}", spec.name))
+                .execute(self.conn().await?)
+                .await
+                .map_err(|error| map(error, "dropping the shadow position"))?;
+            sqlx::query(
+                "INSERT INTO projection_positions (name, version, position) VALUES ($1, $2, $3) \
+                 ON CONFLICT (name) DO UPDATE SET version = EXCLUDED.version, position = EXCLUDED.position",
+            )
+            .bind(spec.name)
+            .bind(i64::from(spec.version))
+            .bind(position)
+            .execute(self.conn().await?)
+            .await
+            .map_err(|error| map(error, "recording the swapped projection"))?;
+        }
+        Ok(())
+    }
+
+    async fn find_rows(
+        &mut self,
+        table: &'static TableSpec,
+        filters: &[(&'static str, Cell)],
+        limit: usize,
+    ) -> Result<Vec<Row>, StoreError> {
+        let copy = self.copy();
+        rows::find(self.conn().await?, table, copy, filters, limit).await
+    }
+
+    async fn claimable(&mut self, query: &ClaimQuery) -> Result<Vec<Row>, StoreError> {
+        let copy = self.copy();
+        work::claimable(self.conn().await?, copy, query).await
+    }
+
+    async fn lease(&mut self, claim_token: &str) -> Result<Option<Lease>, StoreError> {
+        work::lease(self.conn().await?, claim_token).await
+    }
+
+    async fn leases(&mut self, claim_tokens: &[String]) -> Result<Vec<Lease>, StoreError> {
+        work::leases(self.conn().await?, claim_tokens).await
+    }
+
+    async fn find_rows_in(
+        &mut self,
+        table: &'static TableSpec,
+        column: &'static str,
+        values: &[Cell],
+    ) -> Result<Vec<Row>, StoreError> {
+        let copy = self.copy();
+        rows::find_in(self.conn().await?, table, copy, column, values).await
+    }
+
+    async fn put_lease(&mut self, lease: &Lease) -> Result<(), StoreError> {
+        self.pending_leases
+            .insert(lease.claim_token.clone(), Some(lease.clone()));
+        Ok(())
+    }
+
+    async fn delete_lease(&mut self, claim_token: &str) -> Result<(), StoreError> {
+        self.pending_leases.insert(claim_token.to_string(), None);
+        Ok(())
+    }
+}
+
+/// Creates the live tables of every projection the database has never had,
+/// at this build's version and position 0 (startup catches them up).
+/// Projections stored at another version are left for the shadow rebuild.
+/// Runs under the append lock, so processes opening a new database at once
+/// create each table exactly once.
+pub(crate) async fn ensure_projection_tables(pool: &PgPool) -> Result<(), StoreError> {
+    let mut tx = PostgresTx::begin(pool).await?;
+    let result = async {
+        for spec in all_specs() {
+            let known: Option<i64> = sqlx::query_scalar("SELECT version FROM projection_positions WHERE name = $1")
+                .bind(spec.name)
+                .fetch_optional(tx.conn().await?)
+                .await
+                .map_err(|error| map(error, "reading projection versions"))?;
+            if known.is_none() {
+                rows::script(tx.conn().await?, &ddl::render(spec, Copy::Live))
+                    .await
+                    .map_err(|error| map(error, &format!("creating projection {}", spec.name)))?;
+                sqlx::query("INSERT INTO projection_positions (name, version, position) VALUES ($1, $2, 0)")
+                    .bind(spec.name)
+                    .bind(i64::from(spec.version))
+                    .execute(tx.conn().await?)
+                    .await
+                    .map_err(|error| map(error, "recording a new projection"))?;
+            }
+        }
+        Ok::<_, StoreError>(())
+    }
+    .await;
+    match result {
+        Ok(()) => tx.commit().await,
+        Err(error) => {
+            tx.rollback().await;
+            Err(error)
+        }
+    }
+}

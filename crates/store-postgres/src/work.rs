@@ -1,0 +1,233 @@
+//! The work protocol's queries: claimable processing states, expired
+//! claims, and the lease table (claim liveness, not rebuilt by replay).
+
+use crate::ddl::{self, Copy};
+use crate::error::map;
+use crate::rows::{column_list, decode_row};
+use chrono::{DateTime, Utc};
+use opledger_domain::projections::{Row, TableSpec, MEDIA_STATES_TABLE, REGION_STATES_TABLE};
+use opledger_domain::{OperationId, Timestamp};
+use opledger_store::{ClaimQuery, ExpiredClaim, Lease, StoreError};
+use sqlx::postgres::PgRow;
+use sqlx::{PgConnection, Row as _};
+use uuid::Uuid;
+
+const STATE_TABLES: [&TableSpec; 2] = [&MEDIA_STATES_TABLE, &REGION_STATES_TABLE];
+
+/// Claimable rows of both state tables, in claim order, locked for this
+/// transaction.
+///
+/// The statuses are written into the statement as literals, not bound: the
+/// planner uses a partial index only when it can prove the query implies
+/// the index's predicate, which a parameter never does once PostgreSQL
+/// switches a prepared statement to its generic plan. `FOR UPDATE SKIP
+/// LOCKED` takes the rows this claim will rewrite and passes over rows
+/// another open transaction holds, so concurrent claimers never wait for
+/// each other or take the same task.
+pub async fn claimable(conn: &mut PgConnection, copy: Copy<'_>, query: &ClaimQuery) -> Result<Vec<Row>, StoreError> {
+    if query.limit == 0 || query.statuses.is_empty() {
+        return Ok(Vec::new());
+    }
+    let statuses: Vec<String> = query
+        .statuses
+        .iter()
+        .map(|status| {
+            let text = status.as_str();
+            // Vocabulary words only; nothing else may become SQL text.
+            assert!(
+                text.bytes().all(|byte| byte.is_ascii_lowercase() || byte == b'_'),
+                "status {text:?} is not a plain word"
+            );
+            format!("'{text}'")
+        })
+        .collect();
+    let mut found: Vec<Row> = Vec::new();
+    for table in STATE_TABLES {
+        let name = ddl::table_name(table.name, copy);
+        let kinds = if query.kinds.is_empty() {
+            ""
+        } else {
+            " AND task_kind = ANY($3::text[])"
+        };
+        let sql = format!(
+            "SELECT {} FROM {name} WHERE status IN ({}) AND available_at <= $1{kinds} \
+             ORDER BY priority DESC, available_at, operation_id LIMIT $2 FOR UPDATE SKIP LOCKED",
+            column_list(table),
+            statuses.join(", ")
+        );
+        let mut statement = sqlx::query(&sql)
+            .bind(query.now.to_datetime())
+            .bind(i64::try_from(query.limit).unwrap_or(i64::MAX));
+        if !query.kinds.is_empty() {
+            statement = statement.bind(query.kinds.clone());
+        }
+        let fetched = statement
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(|error| map(error, "finding claimable tasks"))?;
+        for row in &fetched {
+            found.push(decode_row(row, table)?);
+        }
+    }
+    found.sort_by_key(claim_order);
+    found.truncate(query.limit);
+    Ok(found)
+}
+
+fn claim_order(row: &Row) -> (i64, Timestamp, Uuid) {
+    match row {
+        Row::ProcessingState(state) => (-state.priority, state.available_at, state.operation_id.0),
+        _ => (0, Timestamp::from_micros(0), Uuid::nil()),
+    }
+}
+
+/// Held claims whose effective lease (the claim's, extended by the lease
+/// table) ended before `now`. A heartbeat only ever extends a lease, so the
+/// claim's own lease bounds the search and its partial index serves it.
+pub async fn expired_claims<'c, E>(executor: E, now: Timestamp, limit: usize) -> Result<Vec<ExpiredClaim>, StoreError>
+where
+    E: sqlx::Executor<'c, Database = sqlx::Postgres>,
+{
+    // GREATEST ignores NULL: a claim without a lease row ends with its own lease.
+    let part = |table: &str| {
+        format!(
+            "SELECT s.operation_id, s.claim_token, GREATEST(s.lease_expires_at, l.lease_expires_at) AS ends \
+             FROM {table} s LEFT JOIN task_leases l ON l.claim_token = s.claim_token \
+             WHERE s.claim_token IS NOT NULL AND s.lease_expires_at < $1 \
+               AND (l.lease_expires_at IS NULL OR l.lease_expires_at < $1)"
+        )
+    };
+    let sql = format!(
+        "{} UNION ALL {} ORDER BY 3, 1 LIMIT $2",
+        part(MEDIA_STATES_TABLE.name),
+        part(REGION_STATES_TABLE.name)
+    );
+    let fetched = sqlx::query(&sql)
+        .bind(now.to_datetime())
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .fetch_all(executor)
+        .await
+        .map_err(|error| map(error, "finding expired claims"))?;
+    fetched
+        .iter()
+        .map(|row| {
+            let corrupt = |error: sqlx::Error| StoreError::corrupt(format!("an expired claim: {error}"));
+            let operation_id: Uuid = row.try_get(0).map_err(corrupt)?;
+            let ends: DateTime<Utc> = row.try_get(2).map_err(corrupt)?;
+            Ok(ExpiredClaim {
+                operation_id: OperationId(operation_id),
+                claim_token: row.try_get(1).map_err(corrupt)?,
+                lease_expires_at: Timestamp::from_datetime(ends),
+            })
+        })
+        .collect()
+}
+
+const LEASE_COLUMNS: &str = "claim_token, operation_id, worker, heartbeat_at, lease_expires_at, phase, processed, \
+                             total, progressed_at, progress_unrecorded";
+
+pub async fn lease<'c, E>(executor: E, claim_token: &str) -> Result<Option<Lease>, StoreError>
+where
+    E: sqlx::Executor<'c, Database = sqlx::Postgres>,
+{
+    let row = sqlx::query(&format!(
+        "SELECT {LEASE_COLUMNS} FROM task_leases WHERE claim_token = $1"
+    ))
+    .bind(claim_token)
+    .fetch_optional(executor)
+    .await
+    .map_err(|error| map(error, "reading a lease"))?;
+    row.as_ref().map(decode_lease).transpose()
+}
+
+/// The lease rows of many claim tokens, in one statement.
+pub async fn leases(conn: &mut PgConnection, claim_tokens: &[String]) -> Result<Vec<Lease>, StoreError> {
+    if claim_tokens.is_empty() {
+        return Ok(Vec::new());
+    }
+    let rows = sqlx::query(&format!(
+        "SELECT {LEASE_COLUMNS} FROM task_leases WHERE claim_token = ANY($1::text[])"
+    ))
+    .bind(claim_tokens)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(|error| map(error, "reading leases"))?;
+    rows.iter().map(decode_lease).collect()
+}
+
+fn decode_lease(row: &PgRow) -> Result<Lease, StoreError> {
+    let corrupt = |error: sqlx::Error| StoreError::corrupt(format!("a lease row: {error}"));
+    let timestamp = |index: usize| -> Result<Option<Timestamp>, StoreError> {
+        Ok(row
+            .try_get::<Option<DateTime<Utc>>, _>(index)
+            .map_err(corrupt)?
+            .map(Timestamp::from_datetime))
+    };
+    let required = |index: usize, what: &str| {
+        timestamp(index)?.ok_or_else(|| StoreError::corrupt(format!("a lease without {what}")))
+    };
+    Ok(Lease {
+        claim_token: row.try_get(0).map_err(corrupt)?,
+        operation_id: OperationId(row.try_get::<Uuid, _>(1).map_err(corrupt)?),
+        worker: row.try_get(2).map_err(corrupt)?,
+        heartbeat_at: required(3, "heartbeat_at")?,
+        lease_expires_at: required(4, "lease_expires_at")?,
+        phase: row.try_get(5).map_err(corrupt)?,
+        processed: row.try_get(6).map_err(corrupt)?,
+        total: row.try_get(7).map_err(corrupt)?,
+        progressed_at: timestamp(8)?,
+        progress_unrecorded: row.try_get(9).map_err(corrupt)?,
+    })
+}
+
+/// Inserts or replaces lease rows (every column, as SQLite's `INSERT OR
+/// REPLACE`) and deletes others: two statements at most, whatever the
+/// number of claims. The tokens of `puts` must be distinct (one
+/// `ON CONFLICT` statement may not touch a row twice) and apart from `deletes`.
+pub async fn write_leases(conn: &mut PgConnection, puts: &[&Lease], deletes: &[&str]) -> Result<(), StoreError> {
+    if !deletes.is_empty() {
+        sqlx::query("DELETE FROM task_leases WHERE claim_token = ANY($1::text[])")
+            .bind(deletes)
+            .execute(&mut *conn)
+            .await
+            .map_err(|error| map(error, "deleting leases"))?;
+    }
+    if puts.is_empty() {
+        return Ok(());
+    }
+    let updates = LEASE_COLUMNS
+        .split(',')
+        .map(str::trim)
+        .skip(1)
+        .map(|column| format!("{column} = EXCLUDED.{column}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let sql = format!(
+        "INSERT INTO task_leases ({LEASE_COLUMNS}) \
+         SELECT * FROM UNNEST($1::text[], $2::uuid[], $3::text[], $4::timestamptz[], $5::timestamptz[], \
+                              $6::text[], $7::bigint[], $8::bigint[], $9::timestamptz[], $10::boolean[]) \
+         ON CONFLICT (claim_token) DO UPDATE SET {updates}"
+    );
+    let texts = |value: fn(&Lease) -> Option<String>| puts.iter().map(|lease| value(lease)).collect::<Vec<_>>();
+    let counts = |value: fn(&Lease) -> Option<i64>| puts.iter().map(|lease| value(lease)).collect::<Vec<_>>();
+    let times = |value: fn(&Lease) -> Option<Timestamp>| {
+        puts.iter()
+            .map(|lease| value(lease).map(Timestamp::to_datetime))
+            .collect::<Vec<_>>()
+    };
+    sqlx::query(&sql)
+        .bind(puts.iter().map(|lease| lease.claim_token.as_str()).collect::<Vec<_>>())
+        .bind(puts.iter().map(|lease| lease.operation_id.0).collect::<Vec<_>>())
+        .bind(puts.iter().map(|lease| lease.worker.as_str()).collect::<Vec<_>>())
+        .bind(times(|lease| Some(lease.heartbeat_at)))
+        .bind(times(|lease| Some(lease.lease_expires_at)))
+        .bind(texts(|lease| lease.phase.clone()))
+        .bind(counts(|lease| lease.processed))
+        .bind(counts(|lease| lease.total))
+        .bind(times(|lease| lease.progressed_at))
+        .bind(puts.iter().map(|lease| lease.progress_unrecorded).collect::<Vec<_>>())
+        .execute(&mut *conn)
+        .await
+        .map_err(|error| map(error, "writing leases"))?;
+    Ok(())
+}

@@ -1,0 +1,17 @@
+//! The store conformance suite against PostgreSQL: each test gets a
+//! database of its own (`opledger_test_<uuid>`) on the server named by
+//! `OPLEDGER_TEST_POSTGRES_URL`, dropped afterwards, so the tests run in
+//! parallel. No server there: each test says so loudly and passes, unless
+//! `CI=true`, where it fails.
+
+mod support;
+
+use opledger_store::conformance_tests;
+
+conformance_tests!({
+    match support::harness().await {
+        Some(harness) => std::future::ready(harness),
+        // No server (and not CI): the check is skipped, loudly.
+        None => return,
+    }
+});

@@ -1,0 +1,45 @@
+-- media_operations, version 1 (PostgreSQL). See media_registry/postgres.sql
+-- for the t: and r: placeholders. Every command on an operation rewrites its
+-- row; the fill factor leaves room on the page for the new version, so an
+-- update that changes no indexed column stays on the page (HOT).
+CREATE TABLE {{t:media_operations}} (
+    id                 uuid        PRIMARY KEY,
+    kind               text        NOT NULL,
+    media_id           uuid,
+    region_id          uuid,
+    path               text,
+    revision           text,
+    inputs             text        NOT NULL,
+    status             text        NOT NULL CHECK (status IN (
+        'pending', 'queued', 'leased', 'running', 'retry_waiting', 'succeeded', 'no_result',
+        'missing_confirmed', 'not_applicable', 'blocked', 'failed_retryable', 'failed_terminal',
+        'dead_lettered', 'cancelled', 'interrupted', 'skipped')),
+    stage              text        CHECK (stage IS NULL OR stage IN (
+        'discovered', 'settling', 'waiting_for_lock', 'queued', 'hashing', 'parsing', 'scoring',
+        'registered', 'queued_identity', 'completed')),
+    priority           bigint      NOT NULL,
+    attempt_count      bigint      NOT NULL CHECK (attempt_count >= 0),
+    interruption_count bigint      NOT NULL CHECK (interruption_count >= 0),
+    claim_token        text,
+    worker             text,
+    lease_expires_at   timestamptz,
+    available_at       timestamptz,
+    cancel_requested   boolean     NOT NULL,
+    phase              text,
+    processed          bigint      CHECK (processed IS NULL OR processed >= 0),
+    total              bigint      CHECK (total IS NULL OR total >= 0),
+    last_error         text,
+    status_reason      text,
+    created_at         timestamptz NOT NULL,
+    updated_at         timestamptz NOT NULL,
+    version            bigint      NOT NULL CHECK (version >= 1),
+    -- A claimed operation has a token, a worker and a lease; any other has none.
+    CHECK ((status IN ('leased', 'running')) = (claim_token IS NOT NULL)),
+    CHECK ((claim_token IS NULL) = (worker IS NULL)),
+    CHECK ((claim_token IS NULL) = (lease_expires_at IS NULL)),
+    -- Only file ingestions carry a stage.
+    CHECK ((kind = 'ingestion.file') = (stage IS NOT NULL))
+) WITH (fillfactor = 90);
+
+CREATE INDEX {{t:media_operations}}_by_status ON {{r:media_operations}} (status);
+CREATE INDEX {{t:media_operations}}_by_media ON {{r:media_operations}} (media_id) WHERE media_id IS NOT NULL;

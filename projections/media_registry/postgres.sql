@@ -1,0 +1,31 @@
+-- media_registry, version 1 (PostgreSQL).
+-- The t: placeholder is replaced by the table's name where it is defined and
+-- the r: placeholder where it is referenced, so the same text creates the live
+-- tables, a shadow copy, or a scratch copy in another schema. Ids are uuid,
+-- times timestamptz (exact to the microsecond); the CHECKs are SQLite's.
+CREATE TABLE {{t:media}} (
+    id             uuid        PRIMARY KEY,
+    path           text        NOT NULL,
+    media_kind     text        NOT NULL,
+    content_digest text,
+    byte_size      bigint      CHECK (byte_size IS NULL OR byte_size >= 0),
+    registered_at  timestamptz NOT NULL,
+    updated_at     timestamptz NOT NULL,
+    version        bigint      NOT NULL CHECK (version >= 1)
+);
+
+CREATE INDEX {{t:media}}_by_path ON {{r:media}} (path);
+
+CREATE TABLE {{t:media_regions}} (
+    id              uuid        PRIMARY KEY,
+    media_id        uuid        NOT NULL REFERENCES {{r:media}} (id) ON DELETE CASCADE,
+    x               bigint      NOT NULL CHECK (x >= 0),
+    y               bigint      NOT NULL CHECK (y >= 0),
+    width           bigint      NOT NULL CHECK (width >= 0),
+    height          bigint      NOT NULL CHECK (height >= 0),
+    region_revision bigint      NOT NULL,
+    created_at      timestamptz NOT NULL
+);
+
+-- Also what makes the cascade from a media item cheap.
+CREATE INDEX {{t:media_regions}}_by_media ON {{r:media_regions}} (media_id);
