@@ -18,7 +18,7 @@ const START: i64 = 1_796_000_000_000_000;
 
 pub async fn run(database_url: &str, args: &BenchArgs) -> anyhow::Result<()> {
     if database_url.starts_with("postgres") {
-        anyhow::bail!("the PostgreSQL backend is not available in this build yet");
+        anyhow::bail!("opledger bench runs on SQLite only so far; PostgreSQL benchmarks are not built yet");
     }
     // The benchmark never touches the user's database: it takes the backend
     // and options from the URL and builds its own files.

@@ -21,6 +21,7 @@ use cli::{Cli, Command, DocsCommand, MediaCommand};
 use opledger_domain::{DomainError, OperationId};
 use opledger_engine::{CommandContext, Engine, EngineError};
 use opledger_store::{ErrorKind, Store};
+use opledger_store_postgres::{PostgresConfig, PostgresStore};
 use opledger_store_sqlite::{SqliteConfig, SqliteStore};
 use std::process::ExitCode;
 
@@ -118,13 +119,29 @@ async fn run(cli: Cli) -> anyhow::Result<Outcome> {
         _ => {}
     }
     if cli.database_url.starts_with("postgres://") || cli.database_url.starts_with("postgresql://") {
-        return Err(UsageError("the PostgreSQL backend is not available in this build yet".into()).into());
+        let config = PostgresConfig::from_url(&cli.database_url).map_err(UsageError)?;
+        let store = PostgresStore::open(config)
+            .await
+            .with_context(|| format!("opening {}", config_description(&cli.database_url)))?;
+        return dispatch(store, &cli).await;
     }
     let config = SqliteConfig::from_url(&cli.database_url).map_err(UsageError)?;
     let store = SqliteStore::open(config)
         .await
         .with_context(|| format!("opening {}", cli.database_url))?;
     dispatch(store, &cli).await
+}
+
+/// A database URL for messages, without its password.
+fn config_description(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme_end), Some(at)) if at > scheme_end => {
+            let credentials = &url[scheme_end + 3..at];
+            let user = credentials.split(':').next().unwrap_or("");
+            format!("{}{user}@{}", &url[..scheme_end + 3], &url[at + 1..])
+        }
+        _ => url.to_string(),
+    }
 }
 
 /// Runs a command on any backend.
