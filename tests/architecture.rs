@@ -298,22 +298,35 @@ fn library_dependency_closure(member: &str) -> BTreeSet<String> {
 }
 
 #[test]
-fn only_the_sqlite_backend_depends_on_sqlx() {
-    for member in ["opledger-domain", "opledger-store", "opledger-engine"] {
+fn only_backend_crates_depend_on_database_drivers() {
+    for member in [
+        "opledger-domain",
+        "opledger-store",
+        "opledger-engine",
+        "opledger-worker",
+    ] {
         let closure = library_dependency_closure(member);
-        for forbidden in ["sqlx", "opledger-store-sqlite", "rusqlite", "libsqlite3-sys"] {
+        for forbidden in [
+            "sqlx",
+            "opledger-store-sqlite",
+            "opledger-store-postgres",
+            "rusqlite",
+            "libsqlite3-sys",
+        ] {
             assert!(
                 !closure.contains(forbidden),
-                "{member} must not know the SQLite driver, but its library depends on {forbidden} \
+                "{member} must not know a database driver or backend, but its library depends on {forbidden} \
                  (directly or through another workspace crate): {closure:?}"
             );
         }
     }
-    // The backend does, which also shows the closure sees real dependencies.
-    assert!(
-        library_dependency_closure("opledger-store-sqlite").contains("sqlx"),
-        "opledger-store-sqlite should depend on sqlx; if it no longer does, update this test"
-    );
+    // The backends do, which also shows the closure sees real dependencies.
+    for backend in ["opledger-store-sqlite", "opledger-store-postgres"] {
+        assert!(
+            library_dependency_closure(backend).contains("sqlx"),
+            "{backend} should depend on sqlx; if it no longer does, update this test"
+        );
+    }
 }
 
 #[test]
