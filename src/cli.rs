@@ -1,7 +1,7 @@
 //! The command line, as clap sees it.
 
 use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
-use opledger_domain::{MediaId, OperationId, RegionId};
+use opledger_domain::{BatchId, MediaId, OperationId, RegionId};
 use opledger_engine::{MAX_CLAIM_BATCH, MAX_LEASE_MS};
 use std::path::PathBuf;
 
@@ -41,6 +41,22 @@ pub enum Command {
     Task {
         #[command(subcommand)]
         command: TaskCommand,
+    },
+    /// Batches: named runs over a fixed set of items, with exact progress.
+    Batch {
+        #[command(subcommand)]
+        command: BatchCommand,
+    },
+    /// The review queue: work that needs a person.
+    Review {
+        #[command(subcommand)]
+        command: ReviewCommand,
+    },
+    /// A media item's capability states: what it can serve now, and if not, why.
+    Capabilities {
+        /// The media item.
+        #[arg(long, value_name = "ID")]
+        media: MediaId,
     },
     /// One recovery pass: claims whose lease expired are interrupted, then
     /// requeued, cancelled or failed per their task kind's policy.
@@ -296,4 +312,80 @@ pub enum Workload {
 pub enum DocsCommand {
     /// Print docs/state-machines.md as generated from the transition table.
     StateMachines,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BatchCommand {
+    /// Request task kinds on media items as one batch; prints the batch.
+    Create(BatchCreateArgs),
+    /// A batch's exact progress and its items.
+    Show {
+        /// The batch id.
+        batch_id: BatchId,
+    },
+    /// Batches, newest first (active ones only with --active).
+    List {
+        #[arg(long)]
+        active: bool,
+    },
+    /// Cancel a batch: waiting items now, running ones at their next heartbeat.
+    Cancel {
+        batch_id: BatchId,
+        #[arg(long, default_value = "")]
+        reason: String,
+    },
+    /// Run a batch's failed and cancelled items again, in the same batch.
+    Resume {
+        batch_id: BatchId,
+        #[arg(long, default_value = "")]
+        reason: String,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct BatchCreateArgs {
+    /// The batch's name.
+    #[arg(long)]
+    pub name: String,
+    /// Media items (repeat the flag or give several ids).
+    #[arg(long, value_name = "ID", num_args = 1.., required = true)]
+    pub media: Vec<MediaId>,
+    /// Task kinds to run on every item (repeat or give several).
+    #[arg(long, value_name = "KIND", num_args = 1.., required = true)]
+    pub kind: Vec<String>,
+    /// Inputs of one kind as KIND=JSON, over the kind's defaults (repeatable).
+    #[arg(long, value_name = "KIND=JSON")]
+    pub inputs: Vec<String>,
+    /// Higher runs first.
+    #[arg(long, default_value_t = 0)]
+    pub priority: i32,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ReviewCommand {
+    /// Open entries, oldest first.
+    List,
+    /// Resolve an entry by a recorded action.
+    Resolve(ResolveArgs),
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ReviewActionArg {
+    Retry,
+    Dismiss,
+    Acknowledge,
+}
+
+#[derive(Debug, Args)]
+pub struct ResolveArgs {
+    /// The entry id (from `review list`).
+    pub entry_id: i64,
+    #[arg(long, value_enum)]
+    pub action: ReviewActionArg,
+    /// Retry at this revision (the requested one, or one requested before).
+    #[arg(long)]
+    pub revision: Option<String>,
+    /// Why: recorded with the action.
+    #[arg(long, default_value = "")]
+    pub reason: String,
 }

@@ -10,6 +10,7 @@
 //! | 4 | not found |
 //! | 5 | storage unavailable or corrupt |
 
+mod batch;
 mod bench;
 mod cli;
 mod output;
@@ -151,6 +152,14 @@ async fn dispatch<S: Store>(store: S, cli: &Cli) -> anyhow::Result<Outcome> {
         tracing::info!(projection = name, from, to, events, "projection rebuilt");
     }
     let context = CommandContext::actor("cli");
+    // Reading the log back must not change it; every other command first
+    // records stale results and settles batches whose items settled.
+    if !matches!(cli.command, Command::Replay(_)) {
+        engine
+            .maintain(&CommandContext::actor("system"))
+            .await
+            .context("maintenance")?;
+    }
     match &cli.command {
         Command::Status => {
             let report = engine.status().await?;
@@ -189,6 +198,9 @@ async fn dispatch<S: Store>(store: S, cli: &Cli) -> anyhow::Result<Outcome> {
         }
         Command::Task { command } => task::run(&engine, command, cli.json).await?,
         Command::Recover => task::recover(&engine, cli.json).await?,
+        Command::Batch { command } => batch::batch(&engine, command, cli.json).await?,
+        Command::Review { command } => batch::review(&engine, command, cli.json).await?,
+        Command::Capabilities { media } => batch::capabilities(&engine, *media, cli.json).await?,
         Command::Bench(_) | Command::Docs { .. } => unreachable!("handled before opening a database"),
     }
     Ok(Outcome::Ok)

@@ -28,6 +28,13 @@ pub fn status(report: &StatusReport, as_json: bool) {
             "regions": report.regions,
             "operations": report.operations,
             "operations_by_status": by_status,
+            "capabilities_by_status": report
+                .capabilities_by_status
+                .iter()
+                .map(|(status, count)| (status.clone(), json!(count)))
+                .collect::<serde_json::Map<String, Value>>(),
+            "active_batches": report.active_batches,
+            "review_queue": report.review_queue,
             "projections": report.projections,
         }));
         return;
@@ -38,6 +45,27 @@ pub fn status(report: &StatusReport, as_json: bool) {
     for (status, count) in report.operations_by_status.iter().filter(|(_, count)| *count > 0) {
         println!("  {status:<18} {count}");
     }
+    let capabilities: i64 = report.capabilities_by_status.iter().map(|(_, count)| count).sum();
+    println!("capabilities: {capabilities}");
+    for (status, count) in report.capabilities_by_status.iter().filter(|(_, count)| *count > 0) {
+        println!("  {status:<18} {count}");
+    }
+    println!("active batches: {}", report.active_batches.len());
+    for batch in &report.active_batches {
+        println!(
+            "  {} {:<20} {}/{} settled ({} succeeded, {} failed, {} skipped, {} cancelled), {} remaining",
+            batch.batch_id,
+            batch.name,
+            batch.settled,
+            batch.total,
+            batch.succeeded,
+            batch.failed,
+            batch.skipped,
+            batch.cancelled,
+            batch.remaining
+        );
+    }
+    println!("review queue: {} open", report.review_queue);
     println!("projections:");
     for projection in &report.projections {
         println!(

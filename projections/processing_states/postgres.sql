@@ -1,4 +1,4 @@
--- processing_states, version 1 (PostgreSQL). See media_registry/postgres.sql
+-- processing_states, version 2 (PostgreSQL). See media_registry/postgres.sql
 -- for the t: and r: placeholders. The task_kind CHECKs list exactly the
 -- registry's kinds per target type (crates/domain/src/tasks.rs); a test
 -- keeps them in step. Which kinds run on which target is enforced here.

@@ -1,7 +1,7 @@
 //! The event envelope of SPEC §2 and stream naming.
 
 use crate::events::Event;
-use crate::ids::{MediaId, OperationId};
+use crate::ids::{BatchId, MediaId, OperationId};
 use crate::time::Timestamp;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -19,6 +19,10 @@ impl StreamId {
 
     pub fn operation(operation_id: OperationId) -> Self {
         StreamId(format!("operation-{operation_id}"))
+    }
+
+    pub fn batch(batch_id: BatchId) -> Self {
+        StreamId(format!("batch-{batch_id}"))
     }
 
     /// Wraps a stored stream name as is.

@@ -11,7 +11,7 @@
 //! older version to the current one before it is decoded.
 
 use crate::error::DecodeError;
-use crate::ids::{MediaId, OperationId, RegionId};
+use crate::ids::{BatchId, MediaId, OperationId, RegionId};
 use crate::status::{IngestionStage, OperationStatus};
 use crate::time::Timestamp;
 use crate::transitions::Cause;
@@ -96,6 +96,12 @@ pub struct OperationCreated {
     /// Higher runs first. Added in schema version 2 (version 1 had none,
     /// which the upcaster reads as 0).
     pub priority: i32,
+    /// The version of the task kind the revision was computed with (its
+    /// implementation / model version), so capability states know what
+    /// produced a result. Optional and additive: events written before it
+    /// existed read as `None` (unknown version).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_version: Option<String>,
 }
 
 /// An event that carries only the operation and a human-readable reason.
@@ -188,6 +194,95 @@ pub struct OperationRevisionRequested {
     /// The complete inputs of the new revision (what the claim hands out).
     pub inputs: Value,
     pub requeue: bool,
+    /// The task kind's version the new revision was computed with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_version: Option<String>,
+}
+
+/// The current version of a task's kind changed (a new model or
+/// implementation was deployed) since the task was requested. Decided by the
+/// engine when it finds the version it runs differs, and recorded, so replay
+/// never compares versions itself. The operation's status does not change;
+/// a result produced by the previous version makes its capability `stale`
+/// until the work is requested at the current version.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskVersionChanged {
+    pub operation_id: OperationId,
+    #[serde(default)]
+    pub previous_version: Option<String>,
+    pub current_version: String,
+    /// The version that produced the result on hand, if any.
+    #[serde(default)]
+    pub produced_version: Option<String>,
+}
+
+/// One item of a batch: an operation the batch runs or follows.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BatchItemSpec {
+    pub operation_id: OperationId,
+    /// What the item is about, for people: a path, or `media/kind`.
+    pub label: String,
+}
+
+/// A named run over a fixed set of items. Stream `batch-<id>`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BatchCreated {
+    pub batch_id: BatchId,
+    pub name: String,
+    /// `tasks` for a batch of task requests, `ingestion` for a folder ingest.
+    pub batch_kind: String,
+    /// The task kinds the batch requested (empty for ingestion batches).
+    #[serde(default)]
+    pub task_kinds: Vec<String>,
+}
+
+/// Items join a batch only in the command that creates it (in chunks, so
+/// no single event is huge): the set is fixed at creation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BatchItemsAdded {
+    pub batch_id: BatchId,
+    pub items: Vec<BatchItemSpec>,
+}
+
+/// An item's operation reached a settled status; `outcome` is its batch
+/// outcome (`succeeded`, `failed`, `skipped`, `cancelled`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BatchItemSettled {
+    pub batch_id: BatchId,
+    pub operation_id: OperationId,
+    pub outcome: String,
+    /// The operation status that settled it.
+    pub status: OperationStatus,
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BatchCancelRequested {
+    pub batch_id: BatchId,
+    pub reason: String,
+}
+
+/// A resume: these items (failed or cancelled before) run again.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BatchResumed {
+    pub batch_id: BatchId,
+    pub operation_ids: Vec<OperationId>,
+    pub reason: String,
+}
+
+/// A review-queue entry resolved by a recorded action, on the operation's
+/// stream so its timeline shows who decided what and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReviewResolved {
+    pub operation_id: OperationId,
+    pub entry_id: i64,
+    /// `retry`, `dismiss` or `acknowledge`.
+    pub action: String,
+    pub reason: String,
+    /// For a retry at a given revision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
 }
 
 /// A worker finished a claim whose revision is no longer the requested one:
@@ -286,6 +381,13 @@ event_catalogue! {
     OperationReopened(OperationReason) = "operation_reopened", v 1;
     OperationRevisionRequested(OperationRevisionRequested) = "operation_revision_requested", v 1;
     OperationSuperseded(OperationSuperseded) = "operation_superseded", v 1;
+    TaskVersionChanged(TaskVersionChanged) = "task_version_changed", v 1;
+    BatchCreated(BatchCreated) = "batch_created", v 1;
+    BatchItemsAdded(BatchItemsAdded) = "batch_items_added", v 1;
+    BatchItemSettled(BatchItemSettled) = "batch_item_settled", v 1;
+    BatchCancelRequested(BatchCancelRequested) = "batch_cancel_requested", v 1;
+    BatchResumed(BatchResumed) = "batch_resumed", v 1;
+    ReviewResolved(ReviewResolved) = "review_resolved", v 1;
 }
 
 impl Event {
@@ -365,7 +467,14 @@ impl Event {
             Event::OperationInterrupted(event) => event.operation_id,
             Event::OperationRevisionRequested(event) => event.operation_id,
             Event::OperationSuperseded(event) => event.operation_id,
-            Event::MediaRegistered(_)
+            Event::TaskVersionChanged(event) => event.operation_id,
+            Event::ReviewResolved(event) => event.operation_id,
+            Event::BatchCreated(_)
+            | Event::BatchItemsAdded(_)
+            | Event::BatchItemSettled(_)
+            | Event::BatchCancelRequested(_)
+            | Event::BatchResumed(_)
+            | Event::MediaRegistered(_)
             | Event::MediaUpdated(_)
             | Event::MediaRemoved(_)
             | Event::RegionAdded(_)

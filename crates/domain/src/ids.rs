@@ -49,3 +49,7 @@ id_type!(
     /// One unit of work in the ledger; also names the operation's event stream.
     OperationId
 );
+id_type!(
+    /// A batch: a named run over a fixed set of items; also names its stream.
+    BatchId
+);

@@ -9,12 +9,15 @@
 //! dependency list is checked by `tests/architecture.rs` at the workspace root,
 //! and `clippy.toml` in this crate disallows the clock and random sources.
 
+pub mod batches;
+pub mod capabilities;
 pub mod decide;
 pub mod envelope;
 pub mod error;
 pub mod events;
 pub mod ids;
 pub mod projections;
+pub mod review;
 pub mod revision;
 pub mod state_machine_doc;
 pub mod status;
@@ -26,7 +29,7 @@ pub mod work;
 pub use envelope::{EventEnvelope, NewEvent, StreamId};
 pub use error::{DecodeError, DomainError, FoldError, TransitionError};
 pub use events::Event;
-pub use ids::{MediaId, OperationId, RegionId};
+pub use ids::{BatchId, MediaId, OperationId, RegionId};
 pub use revision::{canonical_json, compute_revision, RevisionError};
 pub use status::{CapabilityStatus, IngestionStage, OperationStatus};
 pub use time::Timestamp;

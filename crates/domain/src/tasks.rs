@@ -150,6 +150,10 @@ pub struct TaskKindSpec {
     pub policy: RetryPolicy,
     /// What the kind is for, for `docs/revision.md` and error messages.
     pub purpose: &'static str,
+    /// JSON object of input values used when a batch or an ingest requests
+    /// the kind without saying (e.g. a thumbnail's size and format). Part
+    /// of the inputs, so part of the revision like any given value.
+    pub defaults: &'static str,
 }
 
 const fn input(name: &'static str, kind: InputKind) -> InputSpec {
@@ -190,6 +194,7 @@ pub const TASK_KINDS: &[TaskKindSpec] = &[
         inputs: &[CONTENT_DIGEST, optional("extractor", InputKind::String)],
         policy: RetryPolicy::DEFAULT,
         purpose: "format, dimensions and byte size of a media item",
+        defaults: r#"{}"#,
     },
     TaskKindSpec {
         name: "thumbnail",
@@ -202,6 +207,7 @@ pub const TASK_KINDS: &[TaskKindSpec] = &[
         ],
         policy: RetryPolicy::DEFAULT,
         purpose: "a small preview image, written atomically under a name derived from the revision",
+        defaults: r#"{"max_side": 256, "format": "png"}"#,
     },
     TaskKindSpec {
         name: "perceptual_hash",
@@ -210,6 +216,7 @@ pub const TASK_KINDS: &[TaskKindSpec] = &[
         inputs: &[CONTENT_DIGEST, input("algorithm", InputKind::String)],
         policy: RetryPolicy::DEFAULT,
         purpose: "a 64-bit perceptual hash for near-duplicate detection",
+        defaults: r#"{"algorithm": "dhash64"}"#,
     },
     TaskKindSpec {
         name: "auto_tagging",
@@ -226,6 +233,7 @@ pub const TASK_KINDS: &[TaskKindSpec] = &[
             ..RetryPolicy::DEFAULT
         },
         purpose: "tags predicted by a model",
+        defaults: r#"{}"#,
     },
     TaskKindSpec {
         name: "full_embedding",
@@ -242,6 +250,7 @@ pub const TASK_KINDS: &[TaskKindSpec] = &[
             ..RetryPolicy::DEFAULT
         },
         purpose: "an embedding vector of the whole item",
+        defaults: r#"{}"#,
     },
     TaskKindSpec {
         name: "crop_embedding",
@@ -260,6 +269,7 @@ pub const TASK_KINDS: &[TaskKindSpec] = &[
             ..RetryPolicy::DEFAULT
         },
         purpose: "an embedding vector of one region (crop) of an item",
+        defaults: r#"{}"#,
     },
 ];
 
@@ -379,6 +389,28 @@ mod tests {
                 kind.name
             );
             assert!(kind.inputs.iter().any(|input| input.name == "content_digest"));
+        }
+    }
+
+    #[test]
+    fn defaults_are_objects_of_declared_inputs() {
+        let target: Map<String, Value> = [("content_digest".to_string(), json!("abc"))].into_iter().collect();
+        for kind in TASK_KINDS {
+            let defaults: Value = serde_json::from_str(kind.defaults).unwrap();
+            assert!(defaults.is_object(), "{}", kind.name);
+            for name in defaults.as_object().unwrap().keys() {
+                assert!(
+                    kind.inputs.iter().any(|input| input.name == name),
+                    "{} default {name}",
+                    kind.name
+                );
+            }
+        }
+        // The kinds an ingest runs need nothing beyond their defaults.
+        for name in ["metadata", "thumbnail", "perceptual_hash"] {
+            let kind = task_kind(name).unwrap();
+            let defaults: Value = serde_json::from_str(kind.defaults).unwrap();
+            kind.complete_inputs(&defaults, &target).unwrap();
         }
     }
 

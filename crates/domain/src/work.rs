@@ -78,7 +78,7 @@ pub fn check_fence(row: &ProcessingStateRow, fence: &Fence) -> Result<(), Domain
 /// A request for `revision` on an existing task: `None` when that revision
 /// is already the requested one (completed or on its way), else the event
 /// that records the new request.
-pub fn decide_request(row: &ProcessingStateRow, revision: &str, inputs: Value) -> Option<Event> {
+pub fn decide_request(row: &ProcessingStateRow, revision: &str, inputs: Value, task_version: &str) -> Option<Event> {
     if row.requested_revision == revision {
         return None;
     }
@@ -88,6 +88,7 @@ pub fn decide_request(row: &ProcessingStateRow, revision: &str, inputs: Value) -
         revision: revision.to_string(),
         inputs,
         requeue,
+        task_version: Some(task_version.to_string()),
     }))
 }
 

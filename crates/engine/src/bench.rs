@@ -87,6 +87,7 @@ impl LifecycleWorkload {
                 inputs: json!({"longest_side": 256, "format": "webp"}),
                 status: OperationStatus::Queued,
                 priority: 0,
+                task_version: None,
             }),
             Event::OperationClaimed(OperationClaimed {
                 operation_id,

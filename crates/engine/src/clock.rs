@@ -65,6 +65,16 @@ pub struct SequentialIds {
     next: AtomicU64,
 }
 
+impl SequentialIds {
+    /// Ids from `first` + 1 on: a second engine over the same database
+    /// (a restarted process in a test) must not reuse the first one's ids.
+    pub fn starting_at(first: u128) -> Self {
+        SequentialIds {
+            next: AtomicU64::new(u64::try_from(first).unwrap_or(u64::MAX)),
+        }
+    }
+}
+
 impl Ids for SequentialIds {
     fn next(&self) -> Uuid {
         Uuid::from_u128(u128::from(self.next.fetch_add(1, Ordering::SeqCst) + 1))

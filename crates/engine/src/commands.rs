@@ -93,6 +93,25 @@ pub(crate) async fn commit_appends<T: WriteTx>(
     rows: &mut WorkingSet,
     appends: Vec<StreamAppend>,
 ) -> Result<Vec<EventEnvelope>, EngineError> {
+    let mut envelopes = append_and_fold(tx, rows, appends).await?;
+    // Completion reconciliation: batches holding an operation these events
+    // settled record its outcome in the same transaction. Settlements are
+    // batch events, which settle no operation, so this never recurses.
+    let settlements = crate::batches::batch_settlements(tx, rows, &envelopes).await?;
+    if !settlements.is_empty() {
+        envelopes.extend(append_and_fold(tx, rows, settlements).await?);
+    }
+    Ok(envelopes)
+}
+
+/// Appends, folds inline and advances positions; nothing else. The trusted
+/// low-level path ([`Engine::append`]) uses it as is: it records exactly the
+/// events it is given.
+pub(crate) async fn append_and_fold<T: WriteTx>(
+    tx: &mut T,
+    rows: &mut WorkingSet,
+    appends: Vec<StreamAppend>,
+) -> Result<Vec<EventEnvelope>, EngineError> {
     let envelopes = tx.append(appends).await?;
     let (Some(first), Some(last)) = (envelopes.first(), envelopes.last()) else {
         return Ok(envelopes);
@@ -156,7 +175,7 @@ impl<S: Store> Engine<S> {
             .write(move |tx: &mut S::Tx| {
                 Box::pin(async move {
                     let mut rows = WorkingSet::default();
-                    commit_appends(tx, &mut rows, appends).await
+                    append_and_fold(tx, &mut rows, appends).await
                 })
             })
             .await
@@ -389,6 +408,8 @@ impl<S: Store> Engine<S> {
                         inputs: operation.inputs,
                         status: operation.status,
                         priority: operation.priority,
+                        // Not a task kind (refused above): no task version.
+                        task_version: None,
                     });
                     let appends = vec![StreamAppend {
                         stream_id: StreamId::operation(operation_id),

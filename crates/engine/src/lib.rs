@@ -10,6 +10,7 @@
 //! It is the one place that reads the clock and makes ids, through [`Clock`]
 //! and [`Ids`], which tests replace.
 
+mod batches;
 pub mod bench;
 mod clock;
 mod commands;
@@ -17,23 +18,26 @@ mod error;
 mod fold;
 mod queries;
 mod replay;
+mod review;
 mod startup;
 mod work;
 
+pub use batches::{BatchRequest, BatchView, MAX_BATCH_ITEMS};
 pub use clock::{Clock, FixedClock, FixedJitter, Ids, Jitter, RandomJitter, SequentialIds, SystemClock, UuidV7Ids};
 pub use commands::{CommandContext, NewOperation, MAX_LEASE_MS};
 pub use error::EngineError;
 pub use fold::{fold_events, FOLD_CHUNK};
 pub use opledger_domain::work::{Completion, Fence};
-pub use queries::{ProjectionLag, StatusReport};
+pub use queries::{BatchSummary, ProjectionLag, StatusReport};
 pub use replay::{ReplayStats, VerifyReport};
-pub use startup::StartupReport;
+pub use startup::{MaintenanceReport, StartupReport};
 pub use work::{
     ClaimRequest, HeartbeatOutcome, Progress, RecoveryHook, RecoveryReport, RequestOutcome, TaskClaim, TaskOutcome,
     TaskRequest, TaskTarget, TaskView, MAX_CLAIM_BATCH,
 };
 
 use opledger_store::Store;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// The engine over one store.
@@ -46,6 +50,9 @@ pub struct Engine<S: Store> {
     jitter: Arc<dyn Jitter>,
     /// Events per transaction in catch-up, shadow rebuilds and replay.
     fold_chunk: usize,
+    /// Task kinds whose current version differs from the registry's (a
+    /// deployment running a newer model than the build declares, or a test).
+    task_versions: Arc<BTreeMap<String, String>>,
 }
 
 impl<S: Store> Engine<S> {
@@ -62,6 +69,7 @@ impl<S: Store> Engine<S> {
             ids,
             jitter: Arc::new(RandomJitter),
             fold_chunk: FOLD_CHUNK,
+            task_versions: Arc::new(BTreeMap::new()),
         }
     }
 
@@ -83,6 +91,30 @@ impl<S: Store> Engine<S> {
     pub fn with_jitter(mut self, jitter: Arc<dyn Jitter>) -> Self {
         self.jitter = jitter;
         self
+    }
+
+    /// Declares the current version of a task kind, overriding the
+    /// registry's (`crates/domain/src/tasks.rs`): new requests compute their
+    /// revision with it, and startup marks results produced by any other
+    /// version stale. Refused for a kind the registry does not know.
+    pub fn with_task_version(mut self, task_kind: &str, version: &str) -> Result<Self, EngineError> {
+        let kind = opledger_domain::tasks::task_kind(task_kind)?;
+        if version.trim().is_empty() {
+            return Err(EngineError::invalid(format!(
+                "the version of {} must not be empty",
+                kind.name
+            )));
+        }
+        Arc::make_mut(&mut self.task_versions).insert(kind.name.to_string(), version.to_string());
+        Ok(self)
+    }
+
+    /// The current version of a task kind: the override, or the registry's.
+    pub fn task_version<'a>(&'a self, task_kind: &'a str) -> &'a str {
+        match self.task_versions.get(task_kind) {
+            Some(version) => version,
+            None => opledger_domain::tasks::task_kind(task_kind).map_or("", |kind| kind.version),
+        }
     }
 
     pub fn store(&self) -> &S {

@@ -3,8 +3,16 @@
 
 use crate::error::EngineError;
 use crate::Engine;
-use opledger_domain::projections::{operation_key, OperationRow, Row, MEDIA_TABLE, OPERATIONS_TABLE, REGIONS_TABLE};
-use opledger_domain::{EventEnvelope, OperationId, OperationStatus, StreamId};
+use opledger_domain::batches::{is_active, BatchStatus};
+use opledger_domain::projections::{
+    media_key, operation_key, BatchRow, Cell, MediaRow, OperationRow, Row, BATCHES_TABLE, CAPABILITY_STATES_TABLE,
+    MEDIA_TABLE, OPERATIONS_TABLE, REGIONS_TABLE, REVIEW_TABLE,
+};
+use opledger_domain::review::EntryState;
+use opledger_domain::{CapabilityStatus, EventEnvelope, MediaId, OperationId, OperationStatus, StreamId};
+
+/// Active batches the status summary lists (per status), at most.
+const ACTIVE_BATCHES_SHOWN: usize = 100;
 use opledger_store::Store;
 use serde::Serialize;
 
@@ -29,23 +37,98 @@ pub struct StatusReport {
     pub operations: i64,
     /// Every operation status with its count, zeros included.
     pub operations_by_status: Vec<(String, i64)>,
+    /// Every capability status with its count, zeros included.
+    pub capabilities_by_status: Vec<(String, i64)>,
+    /// Batches the activity predicate says are active, newest first.
+    pub active_batches: Vec<BatchSummary>,
+    /// Open review entries.
+    pub review_queue: i64,
     pub projections: Vec<ProjectionLag>,
+}
+
+/// One batch's exact progress, for dashboards.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BatchSummary {
+    pub batch_id: String,
+    pub name: String,
+    pub status: String,
+    pub total: i64,
+    pub settled: i64,
+    pub succeeded: i64,
+    pub failed: i64,
+    pub skipped: i64,
+    pub cancelled: i64,
+    pub remaining: i64,
+}
+
+impl BatchSummary {
+    pub fn of(batch: &BatchRow) -> Self {
+        let progress = &batch.progress;
+        BatchSummary {
+            batch_id: batch.batch_id.to_string(),
+            name: batch.name.clone(),
+            status: batch.status.as_str().to_string(),
+            total: progress.total,
+            settled: progress.settled,
+            succeeded: progress.succeeded,
+            failed: progress.failed,
+            skipped: progress.skipped,
+            cancelled: progress.cancelled,
+            remaining: progress.remaining(),
+        }
+    }
+}
+
+/// Every value of a vocabulary with its count from a `count_by`, zeros included.
+fn with_zeros(names: impl Iterator<Item = &'static str>, counted: &[(Option<String>, i64)]) -> Vec<(String, i64)> {
+    names
+        .map(|name| {
+            let count = counted
+                .iter()
+                .find(|(value, _)| value.as_deref() == Some(name))
+                .map_or(0, |(_, count)| *count);
+            (name.to_string(), count)
+        })
+        .collect()
 }
 
 impl<S: Store> Engine<S> {
     pub async fn status(&self) -> Result<StatusReport, EngineError> {
         let head = self.store.head().await?;
         let counted = self.store.count_by(&OPERATIONS_TABLE, "status").await?;
-        let operations_by_status = OperationStatus::ALL
+        let operations_by_status = with_zeros(OperationStatus::ALL.iter().map(|status| status.as_str()), &counted);
+        let capabilities = self.store.count_by(&CAPABILITY_STATES_TABLE, "status").await?;
+        let capabilities_by_status = with_zeros(
+            CapabilityStatus::ALL.iter().map(|status| status.as_str()),
+            &capabilities,
+        );
+        let review = self.store.count_by(&REVIEW_TABLE, "state").await?;
+        let review_queue = review
             .iter()
-            .map(|status| {
-                let count = counted
-                    .iter()
-                    .find(|(name, _)| name.as_deref() == Some(status.as_str()))
-                    .map_or(0, |(_, count)| *count);
-                (status.as_str().to_string(), count)
-            })
-            .collect();
+            .find(|(state, _)| state.as_deref() == Some(EntryState::Open.as_str()))
+            .map_or(0, |(_, count)| *count);
+        // Active batches by the shared predicate; the stored status names
+        // the candidates (it is derived from the same predicate by the fold).
+        let mut active_batches = Vec::new();
+        for status in [BatchStatus::Running, BatchStatus::Cancelling] {
+            for row in self
+                .store
+                .find_rows(
+                    &BATCHES_TABLE,
+                    &[("status", Cell::Text(status.as_str().to_string()))],
+                    ACTIVE_BATCHES_SHOWN,
+                )
+                .await?
+            {
+                if let Row::Batch(batch) = row {
+                    if is_active(&batch.progress) {
+                        active_batches.push(batch);
+                    }
+                }
+            }
+        }
+        active_batches.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.batch_id.cmp(&a.batch_id)));
+        let active_batches = active_batches.iter().map(BatchSummary::of).collect();
         let projections = self
             .store
             .projection_states()
@@ -65,6 +148,9 @@ impl<S: Store> Engine<S> {
             regions: self.store.count_rows(&REGIONS_TABLE).await?,
             operations: counted.iter().map(|(_, count)| count).sum(),
             operations_by_status,
+            capabilities_by_status,
+            active_batches,
+            review_queue,
             projections,
         })
     }
@@ -76,6 +162,20 @@ impl<S: Store> Engine<S> {
             return Err(EngineError::not_found("operation", operation_id));
         }
         Ok(events)
+    }
+
+    /// The registry row of one media item.
+    pub async fn media(&self, media_id: MediaId) -> Result<MediaRow, EngineError> {
+        match self
+            .store
+            .load_rows(&MEDIA_TABLE, &[media_key(media_id).key])
+            .await?
+            .into_iter()
+            .next()
+        {
+            Some(Row::Media(row)) => Ok(row),
+            _ => Err(EngineError::not_found("media", media_id)),
+        }
     }
 
     /// The projected row of one operation.

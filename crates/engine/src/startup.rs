@@ -4,11 +4,21 @@
 //! serving, catch up, swap in one transaction); one that is merely behind
 //! (new in this build) is caught up in place.
 
+use crate::commands::CommandContext;
 use crate::error::EngineError;
 use crate::fold::fold_events;
 use crate::Engine;
 use opledger_domain::projections::{all_projectors, family_of, ProjectionSpec, Projector, WorkingSet};
 use opledger_store::{Store, StoreError, TableSet, WriteTx};
+
+/// What [`Engine::maintain`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MaintenanceReport {
+    /// Task operations whose results were recorded stale.
+    pub stale_marked: usize,
+    /// Batch items whose settled outcome was recorded.
+    pub batch_items_settled: usize,
+}
 
 /// What startup did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -77,6 +87,18 @@ impl<S: Store> Engine<S> {
             }
         }
         Ok(report)
+    }
+
+    /// The upkeep that follows startup and precedes work: results
+    /// produced by task versions no longer current are recorded stale, and
+    /// batches whose items settled without their batch noticing record
+    /// those outcomes (completion reconciliation). Idempotent; the CLI and
+    /// the worker runtime run it after [`Engine::startup`].
+    pub async fn maintain(&self, context: &CommandContext) -> Result<MaintenanceReport, EngineError> {
+        Ok(MaintenanceReport {
+            stale_marked: self.sweep_task_versions(context).await?,
+            batch_items_settled: self.reconcile_batches(context).await?,
+        })
     }
 
     /// Folds the events a live projection has not seen, a chunk per

@@ -10,7 +10,7 @@
 //! lease table (liveness); phase changes, final counts and every status
 //! change are events.
 
-use crate::commands::{commit_appends, CommandContext};
+use crate::commands::{commit_appends, CommandContext, Stamp};
 use crate::error::EngineError;
 use crate::Engine;
 use opledger_domain::events::{Event, OperationCreated, OperationProgressed, OperationTarget};
@@ -293,6 +293,174 @@ async fn load_claimed<T: WriteTx>(
     Ok((state, lease))
 }
 
+/// A prepared request: the kind, its current version, the caller's request
+/// and the id a new task operation would get.
+pub(crate) type PreparedRequest = Result<(&'static TaskKindSpec, String, TaskRequest, OperationId), EngineError>;
+
+/// Decides a batch of task requests inside the caller's transaction: one
+/// read per table for the whole batch, then one answer per request and the
+/// appends that carry them out (not yet appended: the caller commits them,
+/// possibly with more of its own).
+pub(crate) async fn request_in_tx<T: WriteTx>(
+    tx: &mut T,
+    rows: &mut WorkingSet,
+    prepared: Vec<PreparedRequest>,
+    stamp: &Stamp,
+) -> Result<(Vec<Result<RequestOutcome, EngineError>>, Vec<StreamAppend>), EngineError> {
+    let valid = || prepared.iter().filter_map(|item| item.as_ref().ok());
+    // The targets, in two reads: regions first (a region
+    // names its item), then every item.
+    let region_ids: BTreeSet<RegionId> = valid()
+        .filter_map(|(_, _, request, _)| match request.target {
+            TaskTarget::Region(region_id) => Some(region_id),
+            TaskTarget::Media(_) => None,
+        })
+        .collect();
+    let mut regions: BTreeMap<RegionId, RegionRow> = BTreeMap::new();
+    if !region_ids.is_empty() {
+        let keys: Vec<String> = region_ids.iter().map(ToString::to_string).collect();
+        for row in tx.load_rows(&REGIONS_TABLE, &keys).await? {
+            if let Row::Region(region) = row {
+                regions.insert(region.region_id, region);
+            }
+        }
+    }
+    let media_ids: BTreeSet<MediaId> = valid()
+        .filter_map(|(_, _, request, _)| match request.target {
+            TaskTarget::Media(media_id) => Some(media_id),
+            TaskTarget::Region(region_id) => regions.get(&region_id).map(|region| region.media_id),
+        })
+        .collect();
+    let mut media: BTreeMap<MediaId, MediaRow> = BTreeMap::new();
+    if !media_ids.is_empty() {
+        let keys: Vec<String> = media_ids.iter().map(ToString::to_string).collect();
+        for row in tx.load_rows(&MEDIA_TABLE, &keys).await? {
+            if let Row::Media(item) = row {
+                media.insert(item.media_id, item);
+            }
+        }
+    }
+    // The tasks these targets already have.
+    let mut existing: BTreeMap<(uuid::Uuid, String), ProcessingStateRow> = BTreeMap::new();
+    let media_targets: Vec<Cell> = media_ids.iter().map(|id| Cell::Uuid(id.0)).collect();
+    let region_targets: Vec<Cell> = region_ids.iter().map(|id| Cell::Uuid(id.0)).collect();
+    for (target_type, column, targets) in [
+        (TargetType::Media, "media_id", media_targets),
+        (TargetType::Region, "region_id", region_targets),
+    ] {
+        if targets.is_empty() {
+            continue;
+        }
+        for row in tx.find_rows_in(state_table(target_type), column, &targets).await? {
+            if let Row::ProcessingState(state) = row {
+                existing.insert((state.target_id, state.task_kind.clone()), state);
+            }
+        }
+    }
+    for item in media.values() {
+        rows.insert_loaded(media_key(item.media_id), Some(Row::Media(item.clone())));
+    }
+    for region in regions.values() {
+        rows.insert_loaded(region_key(region.region_id), Some(Row::Region(region.clone())));
+    }
+    for state in existing.values() {
+        rows.insert_loaded(
+            state_key(state.target_type, state.operation_id),
+            Some(Row::ProcessingState(state.clone())),
+        );
+    }
+
+    let mut answers = Vec::with_capacity(prepared.len());
+    let mut appends = Vec::new();
+    // (target, kind) → (operation, revision) decided in this batch.
+    let mut decided: BTreeMap<(uuid::Uuid, String), (OperationId, String)> = BTreeMap::new();
+    for item in prepared {
+        let answer = (|| {
+            let (kind, version, request, new_operation_id) = item?;
+            let (media_id, region_id, target_values) = target_values_of(request.target, &media, &regions)?;
+            let inputs = Value::Object(kind.complete_inputs(&request.inputs, &target_values)?);
+            let revision = compute_revision(kind.name, &version, &inputs)
+                .map_err(|error| EngineError::invalid(format!("{} inputs: {error}", kind.name)))?;
+            let slot = (request.target.id(), kind.name.to_string());
+            if let Some((operation_id, earlier)) = decided.get(&slot) {
+                if *earlier == revision {
+                    return Ok((
+                        RequestOutcome {
+                            operation_id: *operation_id,
+                            requested_revision: revision,
+                            created: false,
+                        },
+                        None,
+                    ));
+                }
+                return Err(EngineError::invalid(format!(
+                    "this batch requests {} on {} twice with different inputs",
+                    kind.name,
+                    request.target.id()
+                )));
+            }
+            let (outcome, append) = match existing.get(&slot) {
+                Some(state) => match work::decide_request(state, &revision, inputs, &version) {
+                    None => (
+                        RequestOutcome {
+                            operation_id: state.operation_id,
+                            requested_revision: revision.clone(),
+                            created: false,
+                        },
+                        None,
+                    ),
+                    Some(event) => (
+                        RequestOutcome {
+                            operation_id: state.operation_id,
+                            requested_revision: revision.clone(),
+                            created: true,
+                        },
+                        Some(single_append(state, vec![stamp.event(event)])),
+                    ),
+                },
+                None => {
+                    let event = Event::OperationCreated(OperationCreated {
+                        operation_id: new_operation_id,
+                        kind: kind.name.to_string(),
+                        target: OperationTarget {
+                            media_id: Some(media_id),
+                            region_id,
+                            path: None,
+                        },
+                        revision: Some(revision.clone()),
+                        inputs,
+                        status: OperationStatus::Queued,
+                        priority: request.priority,
+                        task_version: Some(version.clone()),
+                    });
+                    (
+                        RequestOutcome {
+                            operation_id: new_operation_id,
+                            requested_revision: revision.clone(),
+                            created: true,
+                        },
+                        Some(StreamAppend {
+                            stream_id: StreamId::operation(new_operation_id),
+                            expected: ExpectedVersion::NoStream,
+                            events: vec![stamp.event(event)],
+                        }),
+                    )
+                }
+            };
+            decided.insert(slot, (outcome.operation_id, revision));
+            Ok((outcome, append))
+        })();
+        match answer {
+            Ok((outcome, append)) => {
+                appends.extend(append);
+                answers.push(Ok(outcome));
+            }
+            Err(error) => answers.push(Err(error)),
+        }
+    }
+    Ok((answers, appends))
+}
+
 fn single_append(row: &ProcessingStateRow, events: Vec<NewEvent>) -> StreamAppend {
     StreamAppend {
         stream_id: StreamId::operation(row.operation_id),
@@ -362,12 +530,10 @@ impl<S: Store> Engine<S> {
         Box::pin(self.request_tasks_now(context, requests))
     }
 
-    async fn request_tasks_now(
-        &self,
-        context: &CommandContext,
-        requests: Vec<TaskRequest>,
-    ) -> Result<Vec<Result<RequestOutcome, EngineError>>, EngineError> {
-        let prepared: Vec<Result<(&'static TaskKindSpec, TaskRequest, OperationId), EngineError>> = requests
+    /// Checks each request's kind and target type and fixes the kind's
+    /// current version and the id a new task would get.
+    pub(crate) fn prepare_requests(&self, requests: Vec<TaskRequest>) -> Vec<PreparedRequest> {
+        requests
             .into_iter()
             .map(|request| {
                 let kind = task_kind(&request.kind)?;
@@ -385,165 +551,24 @@ impl<S: Store> Engine<S> {
                         kind.name, request.inputs
                     )));
                 }
-                Ok((kind, request, OperationId(self.ids.next())))
+                let version = self.task_version(kind.name).to_string();
+                Ok((kind, version, request, OperationId(self.ids.next())))
             })
-            .collect();
+            .collect()
+    }
+
+    async fn request_tasks_now(
+        &self,
+        context: &CommandContext,
+        requests: Vec<TaskRequest>,
+    ) -> Result<Vec<Result<RequestOutcome, EngineError>>, EngineError> {
+        let prepared = self.prepare_requests(requests);
         let stamp = self.stamp(context);
         self.store
             .write(move |tx: &mut S::Tx| {
                 Box::pin(async move {
                     let mut rows = WorkingSet::default();
-                    let valid = || prepared.iter().filter_map(|item| item.as_ref().ok());
-                    // The targets, in two reads: regions first (a region
-                    // names its item), then every item.
-                    let region_ids: BTreeSet<RegionId> = valid()
-                        .filter_map(|(_, request, _)| match request.target {
-                            TaskTarget::Region(region_id) => Some(region_id),
-                            TaskTarget::Media(_) => None,
-                        })
-                        .collect();
-                    let mut regions: BTreeMap<RegionId, RegionRow> = BTreeMap::new();
-                    if !region_ids.is_empty() {
-                        let keys: Vec<String> = region_ids.iter().map(ToString::to_string).collect();
-                        for row in tx.load_rows(&REGIONS_TABLE, &keys).await? {
-                            if let Row::Region(region) = row {
-                                regions.insert(region.region_id, region);
-                            }
-                        }
-                    }
-                    let media_ids: BTreeSet<MediaId> = valid()
-                        .filter_map(|(_, request, _)| match request.target {
-                            TaskTarget::Media(media_id) => Some(media_id),
-                            TaskTarget::Region(region_id) => regions.get(&region_id).map(|region| region.media_id),
-                        })
-                        .collect();
-                    let mut media: BTreeMap<MediaId, MediaRow> = BTreeMap::new();
-                    if !media_ids.is_empty() {
-                        let keys: Vec<String> = media_ids.iter().map(ToString::to_string).collect();
-                        for row in tx.load_rows(&MEDIA_TABLE, &keys).await? {
-                            if let Row::Media(item) = row {
-                                media.insert(item.media_id, item);
-                            }
-                        }
-                    }
-                    // The tasks these targets already have.
-                    let mut existing: BTreeMap<(uuid::Uuid, String), ProcessingStateRow> = BTreeMap::new();
-                    let media_targets: Vec<Cell> = media_ids.iter().map(|id| Cell::Uuid(id.0)).collect();
-                    let region_targets: Vec<Cell> = region_ids.iter().map(|id| Cell::Uuid(id.0)).collect();
-                    for (target_type, column, targets) in [
-                        (TargetType::Media, "media_id", media_targets),
-                        (TargetType::Region, "region_id", region_targets),
-                    ] {
-                        if targets.is_empty() {
-                            continue;
-                        }
-                        for row in tx.find_rows_in(state_table(target_type), column, &targets).await? {
-                            if let Row::ProcessingState(state) = row {
-                                existing.insert((state.target_id, state.task_kind.clone()), state);
-                            }
-                        }
-                    }
-                    for item in media.values() {
-                        rows.insert_loaded(media_key(item.media_id), Some(Row::Media(item.clone())));
-                    }
-                    for region in regions.values() {
-                        rows.insert_loaded(region_key(region.region_id), Some(Row::Region(region.clone())));
-                    }
-                    for state in existing.values() {
-                        rows.insert_loaded(
-                            state_key(state.target_type, state.operation_id),
-                            Some(Row::ProcessingState(state.clone())),
-                        );
-                    }
-
-                    let mut answers = Vec::with_capacity(prepared.len());
-                    let mut appends = Vec::new();
-                    // (target, kind) → (operation, revision) decided in this batch.
-                    let mut decided: BTreeMap<(uuid::Uuid, String), (OperationId, String)> = BTreeMap::new();
-                    for item in prepared {
-                        let answer = (|| {
-                            let (kind, request, new_operation_id) = item?;
-                            let (media_id, region_id, target_values) =
-                                target_values_of(request.target, &media, &regions)?;
-                            let inputs = Value::Object(kind.complete_inputs(&request.inputs, &target_values)?);
-                            let revision = compute_revision(kind.name, kind.version, &inputs)
-                                .map_err(|error| EngineError::invalid(format!("{} inputs: {error}", kind.name)))?;
-                            let slot = (request.target.id(), kind.name.to_string());
-                            if let Some((operation_id, earlier)) = decided.get(&slot) {
-                                if *earlier == revision {
-                                    return Ok((
-                                        RequestOutcome {
-                                            operation_id: *operation_id,
-                                            requested_revision: revision,
-                                            created: false,
-                                        },
-                                        None,
-                                    ));
-                                }
-                                return Err(EngineError::invalid(format!(
-                                    "this batch requests {} on {} twice with different inputs",
-                                    kind.name,
-                                    request.target.id()
-                                )));
-                            }
-                            let (outcome, append) = match existing.get(&slot) {
-                                Some(state) => match work::decide_request(state, &revision, inputs) {
-                                    None => (
-                                        RequestOutcome {
-                                            operation_id: state.operation_id,
-                                            requested_revision: revision.clone(),
-                                            created: false,
-                                        },
-                                        None,
-                                    ),
-                                    Some(event) => (
-                                        RequestOutcome {
-                                            operation_id: state.operation_id,
-                                            requested_revision: revision.clone(),
-                                            created: true,
-                                        },
-                                        Some(single_append(state, vec![stamp.event(event)])),
-                                    ),
-                                },
-                                None => {
-                                    let event = Event::OperationCreated(OperationCreated {
-                                        operation_id: new_operation_id,
-                                        kind: kind.name.to_string(),
-                                        target: OperationTarget {
-                                            media_id: Some(media_id),
-                                            region_id,
-                                            path: None,
-                                        },
-                                        revision: Some(revision.clone()),
-                                        inputs,
-                                        status: OperationStatus::Queued,
-                                        priority: request.priority,
-                                    });
-                                    (
-                                        RequestOutcome {
-                                            operation_id: new_operation_id,
-                                            requested_revision: revision.clone(),
-                                            created: true,
-                                        },
-                                        Some(StreamAppend {
-                                            stream_id: StreamId::operation(new_operation_id),
-                                            expected: ExpectedVersion::NoStream,
-                                            events: vec![stamp.event(event)],
-                                        }),
-                                    )
-                                }
-                            };
-                            decided.insert(slot, (outcome.operation_id, revision));
-                            Ok((outcome, append))
-                        })();
-                        match answer {
-                            Ok((outcome, append)) => {
-                                appends.extend(append);
-                                answers.push(Ok(outcome));
-                            }
-                            Err(error) => answers.push(Err(error)),
-                        }
-                    }
+                    let (answers, appends) = request_in_tx(tx, &mut rows, prepared, &stamp).await?;
                     if !appends.is_empty() {
                         commit_appends(tx, &mut rows, appends).await?;
                     }

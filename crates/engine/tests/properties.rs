@@ -1264,6 +1264,7 @@ impl World {
                                 inputs,
                                 status,
                                 priority,
+                                task_version: None,
                             }),
                             stream: StreamId::operation(operation_id),
                             stream_version: 1,

@@ -9,6 +9,9 @@ pub fn template(spec: &ProjectionSpec) -> &'static str {
         "media_registry" => include_str!("../../../projections/media_registry/postgres.sql"),
         "media_operations" => include_str!("../../../projections/media_operations/postgres.sql"),
         "processing_states" => include_str!("../../../projections/processing_states/postgres.sql"),
+        "entity_capability_states" => include_str!("../../../projections/entity_capability_states/postgres.sql"),
+        "batches" => include_str!("../../../projections/batches/postgres.sql"),
+        "review_queue" => include_str!("../../../projections/review_queue/postgres.sql"),
         other => panic!("projection {other} has no PostgreSQL DDL; add projections/{other}/postgres.sql"),
     }
 }

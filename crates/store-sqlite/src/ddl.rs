@@ -9,6 +9,9 @@ pub fn template(spec: &ProjectionSpec) -> &'static str {
         "media_registry" => include_str!("../../../projections/media_registry/sqlite.sql"),
         "media_operations" => include_str!("../../../projections/media_operations/sqlite.sql"),
         "processing_states" => include_str!("../../../projections/processing_states/sqlite.sql"),
+        "entity_capability_states" => include_str!("../../../projections/entity_capability_states/sqlite.sql"),
+        "batches" => include_str!("../../../projections/batches/sqlite.sql"),
+        "review_queue" => include_str!("../../../projections/review_queue/sqlite.sql"),
         other => panic!("projection {other} has no SQLite DDL; add projections/{other}/sqlite.sql"),
     }
 }

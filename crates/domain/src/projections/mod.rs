@@ -11,12 +11,22 @@
 //! in memory. The caller writes the dirty rows back. The same folds serve the
 //! inline path (inside the append's transaction) and replay.
 
+mod batches;
+mod capability_states;
 mod cells;
 mod media_registry;
 mod operations;
 mod processing_states;
+mod review_queue;
 mod working_set;
 
+pub use batches::{
+    batch_item_id, batch_item_key, batch_key, BatchItemRow, BatchRow, Batches, BATCHES, BATCHES_TABLE,
+    BATCH_ITEMS_TABLE,
+};
+pub use capability_states::{
+    capability_key, version_key, CapabilityRow, CapabilityStates, CAPABILITY_STATES, CAPABILITY_STATES_TABLE,
+};
 pub use cells::{Cell, ColumnSpec, ColumnType, MapError, TableSpec};
 pub use media_registry::{
     media_key, region_key, MediaRegistry, MediaRow, RegionRow, MEDIA_REGISTRY, MEDIA_TABLE, REGIONS_TABLE,
@@ -28,6 +38,7 @@ pub use processing_states::{
     state_key, state_table, ProcessingStateRow, ProcessingStates, MEDIA_STATES_TABLE, PROCESSING_STATES,
     REGION_STATES_TABLE,
 };
+pub use review_queue::{review_key, ReviewQueue, ReviewRow, REVIEW_QUEUE, REVIEW_TABLE};
 pub use working_set::{RowKey, WorkingSet};
 
 use crate::envelope::EventEnvelope;
@@ -76,6 +87,10 @@ pub enum Row {
     Region(RegionRow),
     Operation(OperationRow),
     ProcessingState(ProcessingStateRow),
+    Capability(CapabilityRow),
+    Batch(BatchRow),
+    BatchItem(BatchItemRow),
+    Review(ReviewRow),
 }
 
 impl Row {
@@ -85,6 +100,10 @@ impl Row {
             Row::Region(_) => &REGIONS_TABLE,
             Row::Operation(_) => &OPERATIONS_TABLE,
             Row::ProcessingState(row) => row.table(),
+            Row::Capability(_) => &CAPABILITY_STATES_TABLE,
+            Row::Batch(_) => &BATCHES_TABLE,
+            Row::BatchItem(_) => &BATCH_ITEMS_TABLE,
+            Row::Review(_) => &REVIEW_TABLE,
         }
     }
 
@@ -94,6 +113,10 @@ impl Row {
             Row::Region(row) => RowKey::new(&REGIONS_TABLE, row.region_id.to_string()),
             Row::Operation(row) => RowKey::new(&OPERATIONS_TABLE, row.operation_id.to_string()),
             Row::ProcessingState(row) => RowKey::new(row.table(), row.operation_id.to_string()),
+            Row::Capability(row) => capability_key(row.operation_id),
+            Row::Batch(row) => batch_key(row.batch_id),
+            Row::BatchItem(row) => batch_item_key(row.batch_id, row.operation_id),
+            Row::Review(row) => review_key(row.operation_id),
         }
     }
 
@@ -102,7 +125,9 @@ impl Row {
         match self {
             Row::Region(row) => Some(RowKey::new(&MEDIA_TABLE, row.media_id.to_string())),
             Row::ProcessingState(row) => Some(row.parent_key()),
-            Row::Media(_) | Row::Operation(_) => None,
+            Row::Capability(row) => Some(media_key(row.media_id)),
+            Row::BatchItem(row) => Some(batch_key(row.batch_id)),
+            Row::Media(_) | Row::Operation(_) | Row::Batch(_) | Row::Review(_) => None,
         }
     }
 
@@ -112,6 +137,10 @@ impl Row {
             Row::Region(row) => row.to_cells(),
             Row::Operation(row) => row.to_cells(),
             Row::ProcessingState(row) => row.to_cells(),
+            Row::Capability(row) => row.to_cells(),
+            Row::Batch(row) => row.to_cells(),
+            Row::BatchItem(row) => row.to_cells(),
+            Row::Review(row) => row.to_cells(),
         }
     }
 
@@ -133,6 +162,10 @@ impl Row {
             "region_processing_states" => {
                 ProcessingStateRow::from_cells(TargetType::Region, cells).map(Row::ProcessingState)
             }
+            "entity_capability_states" => CapabilityRow::from_cells(cells).map(Row::Capability),
+            "batches" => BatchRow::from_cells(cells).map(Row::Batch),
+            "batch_items" => BatchItemRow::from_cells(cells).map(Row::BatchItem),
+            "review_queue" => ReviewRow::from_cells(cells).map(Row::Review),
             other => Err(MapError::new(other, "not a projection table".to_string())),
         }
     }
@@ -140,7 +173,16 @@ impl Row {
 
 /// Every projection this build maintains, in the order they are folded.
 pub fn all_projectors() -> &'static [&'static dyn Projector] {
-    &[&MediaRegistry, &MediaOperations, &ProcessingStates]
+    // Order matters: capability states read the processing state, and the
+    // review queue the operation, that the same event just produced.
+    &[
+        &MediaRegistry,
+        &MediaOperations,
+        &ProcessingStates,
+        &CapabilityStates,
+        &Batches,
+        &ReviewQueue,
+    ]
 }
 
 /// Every projection spec, in fold order.
@@ -178,7 +220,8 @@ pub fn table_by_name(name: &str) -> Option<&'static TableSpec> {
 }
 
 /// The rows a stream owns: the media row of `media-<id>`; the operation
-/// row and the processing-state rows of `operation-<id>`. Such rows are born
+/// row, the processing-state, capability and review rows of
+/// `operation-<id>`; the batch row of `batch-<id>`. Such rows are born
 /// with their stream's first event, so when a fold sees an event at stream
 /// version 1 they cannot exist yet and need not be looked up.
 pub fn rows_owned_by(stream: &crate::envelope::StreamId, owned: &mut Vec<RowKey>) {
@@ -189,6 +232,10 @@ pub fn rows_owned_by(stream: &crate::envelope::StreamId, owned: &mut Vec<RowKey>
         owned.push(RowKey::new(&OPERATIONS_TABLE, id.to_string()));
         owned.push(RowKey::new(&MEDIA_STATES_TABLE, id.to_string()));
         owned.push(RowKey::new(&REGION_STATES_TABLE, id.to_string()));
+        owned.push(RowKey::new(&CAPABILITY_STATES_TABLE, id.to_string()));
+        owned.push(RowKey::new(&REVIEW_TABLE, id.to_string()));
+    } else if let Some(id) = text.strip_prefix("batch-") {
+        owned.push(RowKey::new(&BATCHES_TABLE, id.to_string()));
     }
 }
 

@@ -333,6 +333,13 @@ impl Projector for MediaOperations {
                 ));
             }
             Event::OperationCreated(_)
+            | Event::TaskVersionChanged(_)
+            | Event::ReviewResolved(_)
+            | Event::BatchCreated(_)
+            | Event::BatchItemsAdded(_)
+            | Event::BatchItemSettled(_)
+            | Event::BatchCancelRequested(_)
+            | Event::BatchResumed(_)
             | Event::MediaRegistered(_)
             | Event::MediaUpdated(_)
             | Event::MediaRemoved(_)

@@ -71,7 +71,7 @@ pub static REGION_STATES_TABLE: TableSpec = TableSpec {
 
 pub static PROCESSING_STATES: ProjectionSpec = ProjectionSpec {
     name: "processing_states",
-    version: 1,
+    version: 2,
     tables: &[&MEDIA_STATES_TABLE, &REGION_STATES_TABLE],
     question: "For each item (or region) and task kind: which revision is wanted, which is done, who holds it, when may it run next, and why did it last fail?",
     depends_on: &["media_registry"],
@@ -442,7 +442,17 @@ impl Projector for ProcessingStates {
                 next.status_reason = Some(reason.reason.clone());
                 next.clear_claim();
             }
-            Event::OperationRequeued(reason) | Event::OperationReopened(reason) => {
+            Event::OperationReopened(reason) => {
+                // A recorded action (a retry from the review queue, a batch
+                // resume) gives the work a fresh budget: counting the old
+                // failures would fail it again at its first error.
+                next.failure_count = 0;
+                next.interruption_count = 0;
+                next.available_at = event.recorded_at;
+                next.cancel_requested = false;
+                next.status_reason = Some(reason.reason.clone());
+            }
+            Event::OperationRequeued(reason) => {
                 next.available_at = event.recorded_at;
                 next.cancel_requested = false;
                 next.status_reason = Some(reason.reason.clone());
@@ -461,6 +471,13 @@ impl Projector for ProcessingStates {
             }
             Event::OperationProgressed(_) | Event::OperationStageChanged(_) => {}
             Event::OperationCreated(_)
+            | Event::TaskVersionChanged(_)
+            | Event::ReviewResolved(_)
+            | Event::BatchCreated(_)
+            | Event::BatchItemsAdded(_)
+            | Event::BatchItemSettled(_)
+            | Event::BatchCancelRequested(_)
+            | Event::BatchResumed(_)
             | Event::MediaRegistered(_)
             | Event::MediaUpdated(_)
             | Event::MediaRemoved(_)

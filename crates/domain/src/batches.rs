@@ -1,0 +1,277 @@
+//! Batches: a named run over a fixed set of items, with exact progress.
+//!
+//! What an item's settled operation status means for its batch
+//! ([`settled_outcome`]), how progress is counted ([`BatchProgress`]), and
+//! the one activity predicate ([`is_active`]) that the projection, the
+//! status queries and the engine's completion reconciliation all use. Pure:
+//! progress comes from the batch's own items, never from aggregating
+//! processing states, and nothing here reads a clock.
+
+use crate::error::DomainError;
+use crate::events::{Event, OperationReason};
+use crate::ids::OperationId;
+use crate::status::OperationStatus;
+use crate::transitions::{self, Cause};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+/// How an item ended, as far as its batch is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ItemOutcome {
+    /// It produced its result, or ran and found nothing to produce.
+    Succeeded,
+    /// It failed for good (or its source is confirmed missing): a resume
+    /// runs it again.
+    Failed,
+    /// There was nothing to do: already up to date, a duplicate input, or
+    /// not applicable to the item.
+    Skipped,
+    /// It was cancelled: a resume runs it again.
+    Cancelled,
+}
+
+impl ItemOutcome {
+    pub const ALL: &'static [ItemOutcome] = &[
+        ItemOutcome::Succeeded,
+        ItemOutcome::Failed,
+        ItemOutcome::Skipped,
+        ItemOutcome::Cancelled,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ItemOutcome::Succeeded => "succeeded",
+            ItemOutcome::Failed => "failed",
+            ItemOutcome::Skipped => "skipped",
+            ItemOutcome::Cancelled => "cancelled",
+        }
+    }
+
+    /// Whether a resume runs an item that ended this way again.
+    pub fn is_resumable(self) -> bool {
+        matches!(self, ItemOutcome::Failed | ItemOutcome::Cancelled)
+    }
+}
+
+impl fmt::Display for ItemOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for ItemOutcome {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, String> {
+        ItemOutcome::ALL
+            .iter()
+            .copied()
+            .find(|outcome| outcome.as_str() == text)
+            .ok_or_else(|| format!("{text:?} is not a batch item outcome (succeeded, failed, skipped, cancelled)"))
+    }
+}
+
+/// The batch outcome of an operation status, if the status settles the
+/// item. Waiting, running, retrying and interrupted work is not settled: a
+/// long wait or an expired lease is not an outcome.
+pub fn settled_outcome(status: OperationStatus) -> Option<ItemOutcome> {
+    use OperationStatus as O;
+    match status {
+        O::Succeeded | O::NoResult => Some(ItemOutcome::Succeeded),
+        O::FailedTerminal | O::DeadLettered | O::MissingConfirmed => Some(ItemOutcome::Failed),
+        O::Skipped | O::NotApplicable => Some(ItemOutcome::Skipped),
+        O::Cancelled => Some(ItemOutcome::Cancelled),
+        O::Pending
+        | O::Queued
+        | O::Leased
+        | O::Running
+        | O::RetryWaiting
+        | O::Blocked
+        | O::FailedRetryable
+        | O::Interrupted => None,
+    }
+}
+
+/// Exact progress, counted from the batch's items.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct BatchProgress {
+    pub total: i64,
+    pub settled: i64,
+    pub succeeded: i64,
+    pub failed: i64,
+    pub skipped: i64,
+    pub cancelled: i64,
+}
+
+impl BatchProgress {
+    pub fn remaining(&self) -> i64 {
+        self.total - self.settled
+    }
+
+    /// Counts an item settling with `outcome`.
+    pub fn settle(&mut self, outcome: ItemOutcome) {
+        self.settled += 1;
+        *self.count_of(outcome) += 1;
+    }
+
+    /// Takes back an item's settlement (the item runs again).
+    pub fn unsettle(&mut self, outcome: ItemOutcome) {
+        self.settled -= 1;
+        *self.count_of(outcome) -= 1;
+    }
+
+    fn count_of(&mut self, outcome: ItemOutcome) -> &mut i64 {
+        match outcome {
+            ItemOutcome::Succeeded => &mut self.succeeded,
+            ItemOutcome::Failed => &mut self.failed,
+            ItemOutcome::Skipped => &mut self.skipped,
+            ItemOutcome::Cancelled => &mut self.cancelled,
+        }
+    }
+}
+
+/// The activity predicate: a batch is active while any of its items is
+/// unsettled. Its stored status is not consulted, so a status written
+/// before a restart never hides outstanding work; and since only settled
+/// outcomes count, a long wait or an expired lease keeps it active.
+pub fn is_active(progress: &BatchProgress) -> bool {
+    progress.remaining() > 0
+}
+
+/// A batch's status, derived from its progress and whether it was asked to
+/// cancel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BatchStatus {
+    Running,
+    /// Cancel requested; running items were asked to stop and have not yet.
+    Cancelling,
+    Completed,
+    /// Every item settled, some of them failed.
+    CompletedWithFailures,
+    Cancelled,
+}
+
+impl BatchStatus {
+    pub const ALL: &'static [BatchStatus] = &[
+        BatchStatus::Running,
+        BatchStatus::Cancelling,
+        BatchStatus::Completed,
+        BatchStatus::CompletedWithFailures,
+        BatchStatus::Cancelled,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BatchStatus::Running => "running",
+            BatchStatus::Cancelling => "cancelling",
+            BatchStatus::Completed => "completed",
+            BatchStatus::CompletedWithFailures => "completed_with_failures",
+            BatchStatus::Cancelled => "cancelled",
+        }
+    }
+}
+
+impl fmt::Display for BatchStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for BatchStatus {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, String> {
+        BatchStatus::ALL
+            .iter()
+            .copied()
+            .find(|status| status.as_str() == text)
+            .ok_or_else(|| format!("{text:?} is not a batch status"))
+    }
+}
+
+/// The status of a batch with this progress.
+pub fn batch_status(progress: &BatchProgress, cancel_requested: bool) -> BatchStatus {
+    match (is_active(progress), cancel_requested) {
+        (true, false) => BatchStatus::Running,
+        (true, true) => BatchStatus::Cancelling,
+        (false, true) => BatchStatus::Cancelled,
+        (false, false) if progress.failed > 0 => BatchStatus::CompletedWithFailures,
+        (false, false) => BatchStatus::Completed,
+    }
+}
+
+/// What cancelling a batch does to one unsettled item's operation: settled
+/// work is left alone; claimed work is asked to stop (it settles as
+/// cancelled when its worker acknowledges); waiting work is cancelled now.
+pub fn decide_item_cancel(
+    operation_id: OperationId,
+    status: OperationStatus,
+    cancel_requested: bool,
+    reason: &str,
+) -> Option<Event> {
+    let payload = OperationReason {
+        operation_id,
+        reason: reason.to_string(),
+    };
+    if status.is_terminal() {
+        return None;
+    }
+    if status.is_claimed() {
+        return (!cancel_requested).then_some(Event::OperationCancelRequested(payload));
+    }
+    transitions::transition(status, Cause::Cancel)
+        .ok()
+        .map(|_| Event::OperationCancelled(payload))
+}
+
+/// What resuming a batch does to an item that ended `failed` or
+/// `cancelled`: its operation is reopened (a fresh budget, back in the
+/// queue). Refused when the transition table has no way back from its status.
+pub fn decide_item_resume(
+    operation_id: OperationId,
+    status: OperationStatus,
+    reason: &str,
+) -> Result<Event, DomainError> {
+    transitions::transition(status, Cause::Reopen)?;
+    Ok(Event::OperationReopened(OperationReason {
+        operation_id,
+        reason: reason.to_string(),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_settled_statuses_have_an_outcome() {
+        for status in OperationStatus::ALL {
+            let outcome = settled_outcome(*status);
+            assert_eq!(
+                outcome.is_some(),
+                status.is_terminal(),
+                "{status}: settled exactly when terminal"
+            );
+        }
+    }
+
+    #[test]
+    fn progress_is_exact_through_settle_and_resume() {
+        let mut progress = BatchProgress {
+            total: 3,
+            ..BatchProgress::default()
+        };
+        assert!(is_active(&progress));
+        progress.settle(ItemOutcome::Succeeded);
+        progress.settle(ItemOutcome::Failed);
+        progress.settle(ItemOutcome::Cancelled);
+        assert!(!is_active(&progress));
+        assert_eq!(batch_status(&progress, false), BatchStatus::CompletedWithFailures);
+        progress.unsettle(ItemOutcome::Failed);
+        assert_eq!(progress.remaining(), 1);
+        assert_eq!((progress.failed, progress.cancelled, progress.succeeded), (0, 1, 1));
+        assert_eq!(batch_status(&progress, true), BatchStatus::Cancelling);
+        assert!(ItemOutcome::Cancelled.is_resumable() && !ItemOutcome::Skipped.is_resumable());
+    }
+}

@@ -1,0 +1,215 @@
+//! The review queue's policy: which settled operations need a person, with
+//! which reason code, and which actions resolve an entry.
+//!
+//! Only terminal or actionable states are routed; pending, queued, running,
+//! retrying and stale work never appears. An optional capability that
+//! finds nothing (`no_result`) needs nobody. Routing is a pure function of
+//! the operation's kind and status, tested as a table.
+
+use crate::capabilities::capability_for_task;
+use crate::projections::INGESTION_FILE;
+use crate::status::OperationStatus;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+/// Why an entry is in the queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReasonCode {
+    /// The work failed for good (errors exhausted, a terminal error, or
+    /// quarantined after too many interruptions).
+    FailedTerminal,
+    /// Parked by its kind's policy; an operator may retry it.
+    DeadLettered,
+    /// Waiting on something only a person can clear.
+    Blocked,
+    /// A required capability is confirmed missing.
+    MissingRequired,
+    /// An ingested file is gone from disk.
+    SourceMissing,
+}
+
+impl ReasonCode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReasonCode::FailedTerminal => "failed_terminal",
+            ReasonCode::DeadLettered => "dead_lettered",
+            ReasonCode::Blocked => "blocked",
+            ReasonCode::MissingRequired => "missing_required",
+            ReasonCode::SourceMissing => "source_missing",
+        }
+    }
+}
+
+impl fmt::Display for ReasonCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The routing policy: whether an operation of `kind` that reached `status`
+/// gets a review entry, and why.
+pub fn route(kind: &str, status: OperationStatus) -> Option<ReasonCode> {
+    use OperationStatus as O;
+    match status {
+        O::FailedTerminal => Some(ReasonCode::FailedTerminal),
+        O::DeadLettered => Some(ReasonCode::DeadLettered),
+        O::Blocked => Some(ReasonCode::Blocked),
+        O::MissingConfirmed if kind == INGESTION_FILE => Some(ReasonCode::SourceMissing),
+        O::MissingConfirmed => {
+            capability_for_task(kind).and_then(|capability| capability.required.then_some(ReasonCode::MissingRequired))
+        }
+        O::Pending
+        | O::Queued
+        | O::Leased
+        | O::Running
+        | O::RetryWaiting
+        | O::Succeeded
+        | O::NoResult
+        | O::NotApplicable
+        | O::FailedRetryable
+        | O::Cancelled
+        | O::Interrupted
+        | O::Skipped => None,
+    }
+}
+
+/// What a person decided about an entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReviewAction {
+    /// Run the work again (at its requested revision, or a given one); the
+    /// entry closes when the work succeeds.
+    Retry,
+    /// Not worth doing: the entry closes and the work stays as it is.
+    Dismiss,
+    /// Seen and accepted as it is.
+    Acknowledge,
+}
+
+impl ReviewAction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReviewAction::Retry => "retry",
+            ReviewAction::Dismiss => "dismiss",
+            ReviewAction::Acknowledge => "acknowledge",
+        }
+    }
+}
+
+impl fmt::Display for ReviewAction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for ReviewAction {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text {
+            "retry" => Ok(ReviewAction::Retry),
+            "dismiss" => Ok(ReviewAction::Dismiss),
+            "acknowledge" => Ok(ReviewAction::Acknowledge),
+            other => Err(format!(
+                "{other:?} is not a review action (retry, dismiss, acknowledge)"
+            )),
+        }
+    }
+}
+
+/// Where an entry stands. Only `open` entries are in the queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EntryState {
+    Open,
+    /// A retry was asked for; the work is back in the protocol.
+    Retrying,
+    /// Closed: by dismiss or acknowledge, or by the retried work succeeding.
+    Resolved,
+    /// Closed because the work was requested again (a new revision) by
+    /// something other than the queue.
+    Superseded,
+}
+
+impl EntryState {
+    pub const ALL: &'static [EntryState] = &[
+        EntryState::Open,
+        EntryState::Retrying,
+        EntryState::Resolved,
+        EntryState::Superseded,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EntryState::Open => "open",
+            EntryState::Retrying => "retrying",
+            EntryState::Resolved => "resolved",
+            EntryState::Superseded => "superseded",
+        }
+    }
+}
+
+impl fmt::Display for EntryState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for EntryState {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, String> {
+        EntryState::ALL
+            .iter()
+            .copied()
+            .find(|state| state.as_str() == text)
+            .ok_or_else(|| format!("{text:?} is not a review entry state"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The policy as a table: every status against a required capability's
+    /// kind, an optional one's, a kind with no capability, and ingestion.
+    #[test]
+    fn routing_table() {
+        let kinds = ["metadata", "perceptual_hash", "crop_embedding", INGESTION_FILE];
+        let mut lines = Vec::new();
+        for status in OperationStatus::ALL {
+            let row: Vec<String> = kinds
+                .iter()
+                .map(|kind| route(kind, *status).map_or("-".to_string(), |code| code.to_string()))
+                .collect();
+            lines.push(format!("{status}: {}", row.join(" | ")));
+        }
+        assert_eq!(
+            lines,
+            [
+                "pending: - | - | - | -",
+                "queued: - | - | - | -",
+                "leased: - | - | - | -",
+                "running: - | - | - | -",
+                "retry_waiting: - | - | - | -",
+                "succeeded: - | - | - | -",
+                "no_result: - | - | - | -",
+                "missing_confirmed: missing_required | - | - | source_missing",
+                "not_applicable: - | - | - | -",
+                "blocked: blocked | blocked | blocked | blocked",
+                "failed_retryable: - | - | - | -",
+                "failed_terminal: failed_terminal | failed_terminal | failed_terminal | failed_terminal",
+                "dead_lettered: dead_lettered | dead_lettered | dead_lettered | dead_lettered",
+                "cancelled: - | - | - | -",
+                "interrupted: - | - | - | -",
+                "skipped: - | - | - | -",
+            ]
+        );
+    }
+
+    #[test]
+    fn actions_parse_and_refuse_unknown_ones() {
+        assert_eq!("retry".parse::<ReviewAction>().unwrap(), ReviewAction::Retry);
+        assert!("delete".parse::<ReviewAction>().unwrap_err().contains("acknowledge"));
+    }
+}

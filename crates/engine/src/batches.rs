@@ -1,0 +1,664 @@
+//! Batches: create a named run over a fixed set of items, follow its exact
+//! progress, cancel it, resume it; and the completion reconciliation that
+//! records each item's outcome when its operation settles.
+//!
+//! An item's settlement is recorded on the batch's stream in the same
+//! transaction as the event that settles its operation
+//! ([`batch_settlements`], called by every command's commit), so a batch's
+//! progress is never behind its items and never computed from processing
+//! states. [`Engine::reconcile_batches`] runs the same check over every
+//! active batch (at startup and on demand) and uses the same activity
+//! predicate as the projection and the queries
+//! (`opledger_domain::batches::is_active`).
+
+use crate::commands::{commit_appends, CommandContext, Stamp};
+use crate::error::EngineError;
+use crate::work::{request_in_tx, TaskRequest, TaskTarget};
+use crate::Engine;
+use opledger_domain::batches::{decide_item_cancel, decide_item_resume, is_active, settled_outcome, ItemOutcome};
+use opledger_domain::events::{
+    BatchCancelRequested, BatchCreated, BatchItemSettled, BatchItemSpec, BatchItemsAdded, BatchResumed, Event,
+};
+use opledger_domain::projections::{
+    batch_key, operation_key, BatchItemRow, BatchRow, Cell, OperationRow, Row, RowKey, WorkingSet, BATCHES_TABLE,
+    BATCH_ITEMS_TABLE, OPERATIONS_TABLE,
+};
+use opledger_domain::tasks::task_kind;
+use opledger_domain::{BatchId, EventEnvelope, MediaId, NewEvent, OperationId, StreamId};
+use opledger_store::{ExpectedVersion, Store, StreamAppend, WriteTx};
+use serde::Serialize;
+use serde_json::{Map, Value};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Items per `batch_items_added` event: the set is fixed at creation, but
+/// no single event should be huge.
+const ITEMS_PER_EVENT: usize = 1_000;
+
+/// The most items one batch may hold.
+pub const MAX_BATCH_ITEMS: usize = 1_000_000;
+
+/// A batch of task requests: every kind on every media item.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BatchRequest {
+    pub name: String,
+    pub media: Vec<MediaId>,
+    pub kinds: Vec<String>,
+    /// Inputs per kind, over the kind's defaults (`TaskKindSpec::defaults`).
+    pub inputs: BTreeMap<String, Value>,
+    pub priority: i32,
+}
+
+/// A batch with its items.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BatchView {
+    #[serde(skip)]
+    pub batch: BatchRow,
+    #[serde(skip)]
+    pub items: Vec<BatchItemRow>,
+    /// The shared activity predicate's answer.
+    pub active: bool,
+}
+
+impl<S: Store> Engine<S> {
+    /// Creates a batch: requests every kind on every item (a revision
+    /// already requested or done is not requested again) and records the
+    /// batch over the resulting operations, all in one transaction. Items
+    /// whose work is already settled settle in the batch at once (work
+    /// already done at this revision counts as `skipped`). Any refused
+    /// request refuses the whole batch: nothing is written.
+    pub async fn create_batch(
+        &self,
+        context: &CommandContext,
+        request: BatchRequest,
+    ) -> Result<BatchView, EngineError> {
+        let name = request.name.trim().to_string();
+        if name.is_empty() {
+            return Err(EngineError::invalid("a batch needs a name"));
+        }
+        if request.media.is_empty() || request.kinds.is_empty() {
+            return Err(EngineError::invalid(
+                "a batch needs at least one media item and one task kind",
+            ));
+        }
+        let mut kinds: Vec<String> = Vec::new();
+        for kind in &request.kinds {
+            let spec = task_kind(kind)?;
+            if !kinds.iter().any(|known| known == spec.name) {
+                kinds.push(spec.name.to_string());
+            }
+        }
+        if let Some(unused) = request.inputs.keys().find(|kind| !kinds.contains(kind)) {
+            return Err(EngineError::invalid(format!(
+                "inputs given for {unused}, which the batch does not request"
+            )));
+        }
+        // Distinct items, in the order given: a duplicate is one item.
+        let mut seen = BTreeSet::new();
+        let media: Vec<MediaId> = request.media.into_iter().filter(|id| seen.insert(*id)).collect();
+        if media.len() * kinds.len() > MAX_BATCH_ITEMS {
+            return Err(EngineError::invalid(format!(
+                "a batch holds at most {MAX_BATCH_ITEMS} items"
+            )));
+        }
+        let mut requests = Vec::with_capacity(media.len() * kinds.len());
+        for media_id in &media {
+            for kind in &kinds {
+                let inputs = inputs_with_defaults(kind, request.inputs.get(kind))?;
+                requests.push(TaskRequest {
+                    target: TaskTarget::Media(*media_id),
+                    kind: kind.clone(),
+                    inputs,
+                    priority: request.priority,
+                });
+            }
+        }
+        let labels: Vec<String> = media
+            .iter()
+            .flat_map(|media_id| kinds.iter().map(move |kind| format!("{media_id}/{kind}")))
+            .collect();
+        let prepared = self.prepare_requests(requests);
+        let batch_id = BatchId(self.ids.next());
+        let stamp = self.stamp(&batch_context(context, batch_id));
+        self.store
+            .write(move |tx: &mut S::Tx| {
+                Box::pin(async move {
+                    let mut rows = WorkingSet::default();
+                    let (answers, mut appends) = request_in_tx(tx, &mut rows, prepared, &stamp).await?;
+                    let mut items = Vec::with_capacity(answers.len());
+                    let mut untouched = Vec::new();
+                    for (answer, label) in answers.into_iter().zip(labels) {
+                        let outcome = answer?;
+                        if !outcome.created {
+                            untouched.push(outcome.operation_id);
+                        }
+                        items.push(BatchItemSpec {
+                            operation_id: outcome.operation_id,
+                            label,
+                        });
+                    }
+                    appends.push(batch_creation(&stamp, batch_id, name, "tasks", kinds, items));
+                    commit_appends(tx, &mut rows, appends).await?;
+                    // Work the batch did not touch may be settled already.
+                    settle_untouched(tx, &mut rows, &stamp, batch_id, &untouched, true).await?;
+                    Ok::<_, EngineError>(())
+                })
+            })
+            .await?;
+        self.batch(batch_id).await
+    }
+
+    /// Creates a batch over operations that exist (an ingest run's file
+    /// operations), in one transaction. Items already settled settle in the
+    /// batch at once with their own outcome.
+    pub async fn create_batch_over(
+        &self,
+        context: &CommandContext,
+        batch_id: BatchId,
+        name: &str,
+        batch_kind: &str,
+        items: Vec<BatchItemSpec>,
+    ) -> Result<BatchView, EngineError> {
+        let name = name.trim().to_string();
+        if name.is_empty() {
+            return Err(EngineError::invalid("a batch needs a name"));
+        }
+        if items.len() > MAX_BATCH_ITEMS {
+            return Err(EngineError::invalid(format!(
+                "a batch holds at most {MAX_BATCH_ITEMS} items"
+            )));
+        }
+        let batch_kind = batch_kind.to_string();
+        let stamp = self.stamp(&batch_context(context, batch_id));
+        self.store
+            .write(move |tx: &mut S::Tx| {
+                Box::pin(async move {
+                    let mut rows = WorkingSet::default();
+                    let operation_ids: Vec<OperationId> = items.iter().map(|item| item.operation_id).collect();
+                    let operations = load_operations(tx, &mut rows, &operation_ids).await?;
+                    if let Some(missing) = operation_ids.iter().find(|id| !operations.contains_key(id)) {
+                        return Err(EngineError::not_found("operation", missing));
+                    }
+                    let append = batch_creation(&stamp, batch_id, name, &batch_kind, Vec::new(), items);
+                    commit_appends(tx, &mut rows, vec![append]).await?;
+                    settle_untouched(tx, &mut rows, &stamp, batch_id, &operation_ids, false).await?;
+                    Ok::<_, EngineError>(())
+                })
+            })
+            .await?;
+        self.batch(batch_id).await
+    }
+
+    /// A batch with its items, in item order.
+    pub async fn batch(&self, batch_id: BatchId) -> Result<BatchView, EngineError> {
+        let batch = match self
+            .store
+            .load_rows(&BATCHES_TABLE, &[batch_id.to_string()])
+            .await?
+            .into_iter()
+            .next()
+        {
+            Some(Row::Batch(batch)) => batch,
+            _ => return Err(EngineError::not_found("batch", batch_id)),
+        };
+        let mut items: Vec<BatchItemRow> = self
+            .store
+            .find_rows(&BATCH_ITEMS_TABLE, &[("batch_id", Cell::Uuid(batch_id.0))], usize::MAX)
+            .await?
+            .into_iter()
+            .filter_map(|row| match row {
+                Row::BatchItem(item) => Some(item),
+                _ => None,
+            })
+            .collect();
+        items.sort_by_key(|item| item.position);
+        Ok(BatchView {
+            active: is_active(&batch.progress),
+            batch,
+            items,
+        })
+    }
+
+    /// Every batch, or only the active ones (by the activity predicate),
+    /// newest first.
+    pub async fn batches(&self, active_only: bool) -> Result<Vec<BatchRow>, EngineError> {
+        let mut batches: Vec<BatchRow> = self
+            .store
+            .scan_table(&BATCHES_TABLE)
+            .await?
+            .into_iter()
+            .filter_map(|row| match row {
+                Row::Batch(batch) => Some(batch),
+                _ => None,
+            })
+            .filter(|batch| !active_only || is_active(&batch.progress))
+            .collect();
+        batches.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.batch_id.cmp(&a.batch_id)));
+        Ok(batches)
+    }
+
+    /// Cancels a batch: waiting items are cancelled at once, running ones
+    /// asked to stop (they settle as cancelled when their workers
+    /// acknowledge). Refused when nothing in it is unsettled.
+    pub async fn cancel_batch(
+        &self,
+        context: &CommandContext,
+        batch_id: BatchId,
+        reason: &str,
+    ) -> Result<BatchView, EngineError> {
+        let reason = non_empty(reason, "batch cancelled");
+        let stamp = self.stamp(&batch_context(context, batch_id));
+        self.store
+            .write(move |tx: &mut S::Tx| {
+                Box::pin(async move {
+                    let mut rows = WorkingSet::default();
+                    let (batch, items) = load_batch(tx, &mut rows, batch_id).await?;
+                    if !is_active(&batch.progress) {
+                        return Err(EngineError::Domain(opledger_domain::DomainError::Conflict(format!(
+                            "batch {batch_id} is {}: nothing left to cancel",
+                            batch.status
+                        ))));
+                    }
+                    let unsettled: Vec<OperationId> = items
+                        .iter()
+                        .filter(|item| item.outcome.is_none())
+                        .map(|item| item.operation_id)
+                        .collect();
+                    let operations = load_operations(tx, &mut rows, &unsettled).await?;
+                    let mut appends = vec![StreamAppend {
+                        stream_id: StreamId::batch(batch_id),
+                        expected: ExpectedVersion::Exactly(batch.version),
+                        events: vec![stamp.event(Event::BatchCancelRequested(BatchCancelRequested {
+                            batch_id,
+                            reason: reason.clone(),
+                        }))],
+                    }];
+                    for operation in operations.values() {
+                        if let Some(event) = decide_item_cancel(
+                            operation.operation_id,
+                            operation.status,
+                            operation.cancel_requested,
+                            &reason,
+                        ) {
+                            appends.push(operation_append(operation, vec![stamp.event(event)]));
+                        }
+                    }
+                    commit_appends(tx, &mut rows, appends).await?;
+                    Ok::<_, EngineError>(())
+                })
+            })
+            .await?;
+        self.batch(batch_id).await
+    }
+
+    /// Resumes a batch: every item that ended failed or cancelled runs
+    /// again (its operation reopened with a fresh budget), in the same
+    /// batch; succeeded and skipped items are left alone. Refused when no
+    /// item is failed or cancelled.
+    pub async fn resume_batch(
+        &self,
+        context: &CommandContext,
+        batch_id: BatchId,
+        reason: &str,
+    ) -> Result<BatchView, EngineError> {
+        let reason = non_empty(reason, "batch resumed");
+        let stamp = self.stamp(&batch_context(context, batch_id));
+        self.store
+            .write(move |tx: &mut S::Tx| {
+                Box::pin(async move {
+                    let mut rows = WorkingSet::default();
+                    let (batch, items) = load_batch(tx, &mut rows, batch_id).await?;
+                    let resumable: Vec<OperationId> = items
+                        .iter()
+                        .filter(|item| item.outcome.is_some_and(ItemOutcome::is_resumable))
+                        .map(|item| item.operation_id)
+                        .collect();
+                    if resumable.is_empty() {
+                        return Err(EngineError::Domain(opledger_domain::DomainError::Conflict(format!(
+                            "batch {batch_id} has no failed or cancelled items to resume"
+                        ))));
+                    }
+                    let operations = load_operations(tx, &mut rows, &resumable).await?;
+                    let mut appends = vec![StreamAppend {
+                        stream_id: StreamId::batch(batch_id),
+                        expected: ExpectedVersion::Exactly(batch.version),
+                        events: vec![stamp.event(Event::BatchResumed(BatchResumed {
+                            batch_id,
+                            operation_ids: resumable.clone(),
+                            reason: reason.clone(),
+                        }))],
+                    }];
+                    for operation_id in &resumable {
+                        let operation = operations
+                            .get(operation_id)
+                            .ok_or_else(|| EngineError::not_found("operation", operation_id))?;
+                        // Settled anew outside the batch (a retry from the
+                        // review queue that succeeded): nothing to reopen; the
+                        // item settles again from its current status below.
+                        if settled_outcome(operation.status).is_some_and(|outcome| !outcome.is_resumable()) {
+                            continue;
+                        }
+                        if !operation.status.is_terminal() {
+                            continue;
+                        }
+                        let event = decide_item_resume(operation.operation_id, operation.status, &reason)?;
+                        appends.push(operation_append(operation, vec![stamp.event(event)]));
+                    }
+                    commit_appends(tx, &mut rows, appends).await?;
+                    settle_untouched(tx, &mut rows, &stamp, batch_id, &resumable, false).await?;
+                    Ok::<_, EngineError>(())
+                })
+            })
+            .await?;
+        self.batch(batch_id).await
+    }
+
+    /// Completion reconciliation: for every active batch, records the
+    /// outcome of each unsettled item whose operation has settled (work that
+    /// settled while the batch's own record lagged, e.g. across an upgrade).
+    /// Returns how many items it settled. Run by startup.
+    pub async fn reconcile_batches(&self, context: &CommandContext) -> Result<usize, EngineError> {
+        let mut settled = 0;
+        for batch in self.batches(true).await? {
+            let batch_id = batch.batch_id;
+            let stamp = self.stamp(&batch_context(context, batch_id));
+            settled += self
+                .store
+                .write(move |tx: &mut S::Tx| {
+                    Box::pin(async move {
+                        let mut rows = WorkingSet::default();
+                        let (_, items) = load_batch(tx, &mut rows, batch_id).await?;
+                        let unsettled: Vec<OperationId> = items
+                            .iter()
+                            .filter(|item| item.outcome.is_none())
+                            .map(|item| item.operation_id)
+                            .collect();
+                        settle_untouched(tx, &mut rows, &stamp, batch_id, &unsettled, false).await
+                    })
+                })
+                .await?;
+        }
+        Ok(settled)
+    }
+}
+
+/// A batch's commands share its id as their correlation id, so every event
+/// of the run can be found together.
+fn batch_context(context: &CommandContext, batch_id: BatchId) -> CommandContext {
+    let mut context = context.clone();
+    if context.correlation_id.is_none() {
+        context.correlation_id = Some(format!("batch-{batch_id}"));
+    }
+    context
+}
+
+fn non_empty(reason: &str, default: &str) -> String {
+    if reason.trim().is_empty() {
+        default.to_string()
+    } else {
+        reason.trim().to_string()
+    }
+}
+
+/// The inputs of one kind in a batch: the kind's defaults, overridden by
+/// what the caller gave.
+fn inputs_with_defaults(kind: &str, given: Option<&Value>) -> Result<Value, EngineError> {
+    let spec = task_kind(kind)?;
+    let mut inputs: Map<String, Value> = match serde_json::from_str(spec.defaults) {
+        Ok(Value::Object(defaults)) => defaults,
+        _ => Map::new(),
+    };
+    match given {
+        None => {}
+        Some(Value::Object(given)) => inputs.extend(given.clone()),
+        Some(other) => {
+            return Err(EngineError::invalid(format!(
+                "{kind} inputs must be a JSON object, not {other}"
+            )))
+        }
+    }
+    Ok(Value::Object(inputs))
+}
+
+fn batch_creation(
+    stamp: &Stamp,
+    batch_id: BatchId,
+    name: String,
+    batch_kind: &str,
+    task_kinds: Vec<String>,
+    items: Vec<BatchItemSpec>,
+) -> StreamAppend {
+    let mut events = vec![stamp.event(Event::BatchCreated(BatchCreated {
+        batch_id,
+        name,
+        batch_kind: batch_kind.to_string(),
+        task_kinds,
+    }))];
+    let mut seen = BTreeSet::new();
+    let items: Vec<BatchItemSpec> = items
+        .into_iter()
+        .filter(|item| seen.insert(item.operation_id))
+        .collect();
+    for chunk in items.chunks(ITEMS_PER_EVENT) {
+        events.push(stamp.event(Event::BatchItemsAdded(BatchItemsAdded {
+            batch_id,
+            items: chunk.to_vec(),
+        })));
+    }
+    StreamAppend {
+        stream_id: StreamId::batch(batch_id),
+        expected: ExpectedVersion::NoStream,
+        events,
+    }
+}
+
+fn operation_append(operation: &OperationRow, events: Vec<NewEvent>) -> StreamAppend {
+    StreamAppend {
+        stream_id: StreamId::operation(operation.operation_id),
+        expected: ExpectedVersion::Exactly(operation.version),
+        events,
+    }
+}
+
+async fn load_batch<T: WriteTx>(
+    tx: &mut T,
+    rows: &mut WorkingSet,
+    batch_id: BatchId,
+) -> Result<(BatchRow, Vec<BatchItemRow>), EngineError> {
+    let key = batch_key(batch_id);
+    let batch = match tx
+        .load_rows(&BATCHES_TABLE, std::slice::from_ref(&key.key))
+        .await?
+        .pop()
+    {
+        Some(Row::Batch(batch)) => batch,
+        _ => return Err(EngineError::not_found("batch", batch_id)),
+    };
+    rows.insert_loaded(key, Some(Row::Batch(batch.clone())));
+    let mut items = Vec::new();
+    for row in tx
+        .find_rows(&BATCH_ITEMS_TABLE, &[("batch_id", Cell::Uuid(batch_id.0))], usize::MAX)
+        .await?
+    {
+        if let Row::BatchItem(item) = row {
+            rows.insert_loaded(
+                RowKey::new(&BATCH_ITEMS_TABLE, item_id(&item)),
+                Some(Row::BatchItem(item.clone())),
+            );
+            items.push(item);
+        }
+    }
+    items.sort_by_key(|item| item.position);
+    Ok((batch, items))
+}
+
+fn item_id(item: &BatchItemRow) -> String {
+    opledger_domain::projections::batch_item_id(item.batch_id, item.operation_id)
+}
+
+/// The operation rows of these ids (absent ones are missing from the map),
+/// reusing rows the working set already knows.
+async fn load_operations<T: WriteTx>(
+    tx: &mut T,
+    rows: &mut WorkingSet,
+    operation_ids: &[OperationId],
+) -> Result<BTreeMap<OperationId, OperationRow>, EngineError> {
+    let unknown: Vec<String> = operation_ids
+        .iter()
+        .map(|id| operation_key(*id))
+        .filter(|key| !rows.is_known(key))
+        .map(|key| key.key)
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    if !unknown.is_empty() {
+        let loaded = tx.load_rows(&OPERATIONS_TABLE, &unknown).await?;
+        for key in unknown {
+            rows.insert_loaded(RowKey::new(&OPERATIONS_TABLE, key), None);
+        }
+        for row in loaded {
+            rows.insert_loaded(row.key(), Some(row));
+        }
+    }
+    Ok(operation_ids
+        .iter()
+        .filter_map(|id| match rows.get(&operation_key(*id)) {
+            Some(Row::Operation(operation)) => Some((*id, operation.clone())),
+            _ => None,
+        })
+        .collect())
+}
+
+/// Settles the batch's unsettled items among `operation_ids` whose
+/// operations are settled now, with their outcome; with `done_is_skipped`
+/// (items the batch found already done and did not request again) a
+/// success counts as `skipped`. Returns how many settled.
+async fn settle_untouched<T: WriteTx>(
+    tx: &mut T,
+    rows: &mut WorkingSet,
+    stamp: &Stamp,
+    batch_id: BatchId,
+    operation_ids: &[OperationId],
+    done_is_skipped: bool,
+) -> Result<usize, EngineError> {
+    if operation_ids.is_empty() {
+        return Ok(0);
+    }
+    let operations = load_operations(tx, rows, operation_ids).await?;
+    let (_, items) = load_batch(tx, rows, batch_id).await?;
+    let mut events = Vec::new();
+    let wanted: BTreeSet<&OperationId> = operation_ids.iter().collect();
+    for item in items
+        .iter()
+        .filter(|item| item.outcome.is_none() && wanted.contains(&item.operation_id))
+    {
+        let Some(operation) = operations.get(&item.operation_id) else {
+            continue;
+        };
+        let Some(outcome) = settled_outcome(operation.status) else {
+            continue;
+        };
+        let (outcome, reason) = if done_is_skipped && outcome == ItemOutcome::Succeeded {
+            (
+                ItemOutcome::Skipped,
+                Some("already done at the requested revision".to_string()),
+            )
+        } else {
+            (outcome, settlement_reason(outcome, operation))
+        };
+        events.push(stamp.event(Event::BatchItemSettled(BatchItemSettled {
+            batch_id,
+            operation_id: item.operation_id,
+            outcome: outcome.as_str().to_string(),
+            status: operation.status,
+            reason,
+        })));
+    }
+    let settled = events.len();
+    if settled > 0 {
+        commit_appends(
+            tx,
+            rows,
+            vec![StreamAppend {
+                stream_id: StreamId::batch(batch_id),
+                expected: ExpectedVersion::Any,
+                events,
+            }],
+        )
+        .await?;
+    }
+    Ok(settled)
+}
+
+/// Completion reconciliation inside a command's transaction: for every
+/// operation these events left settled, the batches holding it as an
+/// unsettled item record its outcome, on each batch's stream, right after
+/// the events that settled it. Returns the appends (none when no batch is
+/// concerned).
+pub(crate) async fn batch_settlements<T: WriteTx>(
+    tx: &mut T,
+    rows: &WorkingSet,
+    envelopes: &[EventEnvelope],
+) -> Result<Vec<StreamAppend>, EngineError> {
+    // The settling event of each operation: the last status change.
+    let mut settling: BTreeMap<OperationId, &EventEnvelope> = BTreeMap::new();
+    for envelope in envelopes {
+        let (Some(operation_id), Some(_)) = (envelope.event.operation_id(), envelope.event.cause()) else {
+            continue;
+        };
+        settling.insert(operation_id, envelope);
+    }
+    settling.retain(|operation_id, _| {
+        matches!(rows.get(&operation_key(*operation_id)), Some(Row::Operation(operation)) if operation.status.is_terminal())
+    });
+    if settling.is_empty() {
+        return Ok(Vec::new());
+    }
+    let values: Vec<Cell> = settling.keys().map(|id| Cell::Uuid(id.0)).collect();
+    let items = tx.find_rows_in(&BATCH_ITEMS_TABLE, "operation_id", &values).await?;
+    let mut by_batch: BTreeMap<BatchId, Vec<NewEvent>> = BTreeMap::new();
+    for row in items {
+        let Row::BatchItem(item) = row else { continue };
+        if item.outcome.is_some() {
+            continue;
+        }
+        let (Some(envelope), Some(Row::Operation(operation))) = (
+            settling.get(&item.operation_id),
+            rows.get(&operation_key(item.operation_id)),
+        ) else {
+            continue;
+        };
+        let Some(outcome) = settled_outcome(operation.status) else {
+            continue;
+        };
+        by_batch.entry(item.batch_id).or_default().push(NewEvent {
+            event: Event::BatchItemSettled(BatchItemSettled {
+                batch_id: item.batch_id,
+                operation_id: item.operation_id,
+                outcome: outcome.as_str().to_string(),
+                status: operation.status,
+                reason: settlement_reason(outcome, operation),
+            }),
+            recorded_at: envelope.recorded_at,
+            actor: "system".to_string(),
+            correlation_id: envelope.correlation_id.clone(),
+            causation_id: Some(format!("seq:{}", envelope.seq)),
+        });
+    }
+    Ok(by_batch
+        .into_iter()
+        .map(|(batch_id, events)| StreamAppend {
+            stream_id: StreamId::batch(batch_id),
+            expected: ExpectedVersion::Any,
+            events,
+        })
+        .collect())
+}
+
+/// Why an item settled as it did: the error for a failure, the recorded
+/// reason otherwise (an earlier attempt's error is no reason for a success).
+fn settlement_reason(outcome: ItemOutcome, operation: &OperationRow) -> Option<String> {
+    match outcome {
+        ItemOutcome::Failed => operation.last_error.clone().or_else(|| operation.status_reason.clone()),
+        ItemOutcome::Succeeded | ItemOutcome::Skipped | ItemOutcome::Cancelled => operation.status_reason.clone(),
+    }
+}

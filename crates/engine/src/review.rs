@@ -1,0 +1,313 @@
+//! The review queue's commands and queries, capability states, and the
+//! upkeep sweep that records where a task kind's version changed under
+//! requested work.
+//!
+//! Resolving an entry is a recorded action (`review_resolved`, with actor
+//! and reason, on the operation's stream); a retry re-enters the work
+//! protocol in the same transaction (the operation reopened, or its
+//! revision requested again), and the entry closes when the work succeeds.
+
+use crate::commands::{commit_appends, CommandContext};
+use crate::error::EngineError;
+use crate::Engine;
+use opledger_domain::capabilities::capability_for_task;
+use opledger_domain::events::{Event, OperationRevisionRequested, ReviewResolved, TaskVersionChanged};
+use opledger_domain::projections::{
+    operation_key, version_key, CapabilityRow, Cell, OperationRow, ReviewRow, Row, WorkingSet, CAPABILITY_STATES_TABLE,
+    OPERATIONS_TABLE, REVIEW_TABLE,
+};
+use opledger_domain::review::{EntryState, ReviewAction};
+use opledger_domain::transitions::{self, Cause};
+use opledger_domain::{DomainError, MediaId, OperationStatus, StreamId};
+use opledger_store::{ExpectedVersion, Store, StreamAppend, WriteTx};
+
+/// Operations marked stale per transaction by the version sweep.
+const STALE_BATCH: usize = 1_000;
+
+impl<S: Store> Engine<S> {
+    /// Open review entries, oldest first.
+    pub async fn review_entries(&self) -> Result<Vec<ReviewRow>, EngineError> {
+        let mut entries: Vec<ReviewRow> = self
+            .store
+            .find_rows(
+                &REVIEW_TABLE,
+                &[("state", Cell::Text(EntryState::Open.as_str().to_string()))],
+                usize::MAX,
+            )
+            .await?
+            .into_iter()
+            .filter_map(|row| match row {
+                Row::Review(entry) => Some(entry),
+                _ => None,
+            })
+            .collect();
+        entries.sort_by_key(|entry| entry.entry_id);
+        Ok(entries)
+    }
+
+    /// One entry by id, whatever its state.
+    pub async fn review_entry(&self, entry_id: i64) -> Result<ReviewRow, EngineError> {
+        match self
+            .store
+            .find_rows(&REVIEW_TABLE, &[("entry_id", Cell::Integer(entry_id))], 1)
+            .await?
+            .pop()
+        {
+            Some(Row::Review(entry)) => Ok(entry),
+            _ => Err(EngineError::not_found("review entry", entry_id)),
+        }
+    }
+
+    /// Resolves an open entry by a recorded action. `retry` reopens the
+    /// work (at `revision` when given: the requested revision, or one the
+    /// operation was requested at before); `dismiss` and `acknowledge`
+    /// close the entry and leave the work as it is.
+    pub async fn resolve_review(
+        &self,
+        context: &CommandContext,
+        entry_id: i64,
+        action: ReviewAction,
+        revision: Option<String>,
+        reason: &str,
+    ) -> Result<ReviewRow, EngineError> {
+        if revision.is_some() && action != ReviewAction::Retry {
+            return Err(EngineError::invalid("--revision goes with the retry action only"));
+        }
+        let entry = self.review_entry(entry_id).await?;
+        // A retry at an older revision needs that revision's inputs: they
+        // are in the operation's history.
+        let requested_at = match &revision {
+            Some(revision) => Some(self.revision_inputs(entry.operation_id, revision).await?),
+            None => None,
+        };
+        let reason = if reason.trim().is_empty() {
+            format!("{action} from the review queue")
+        } else {
+            reason.trim().to_string()
+        };
+        let stamp = self.stamp(context);
+        let operation_id = entry.operation_id;
+        self.store
+            .write(move |tx: &mut S::Tx| {
+                Box::pin(async move {
+                    let mut rows = WorkingSet::default();
+                    let current = match tx
+                        .find_rows(&REVIEW_TABLE, &[("entry_id", Cell::Integer(entry_id))], 1)
+                        .await?
+                        .pop()
+                    {
+                        Some(Row::Review(entry)) => entry,
+                        _ => return Err(EngineError::not_found("review entry", entry_id)),
+                    };
+                    if current.state != EntryState::Open {
+                        return Err(EngineError::Domain(DomainError::Conflict(format!(
+                            "review entry {entry_id} is {}, not open",
+                            current.state
+                        ))));
+                    }
+                    let operation = load_operation_row(tx, &mut rows, operation_id).await?;
+                    let mut events = vec![Event::ReviewResolved(ReviewResolved {
+                        operation_id,
+                        entry_id,
+                        action: action.as_str().to_string(),
+                        reason: reason.clone(),
+                        revision: revision.clone(),
+                    })];
+                    if action == ReviewAction::Retry {
+                        events.extend(retry_events(&operation, requested_at, &reason)?);
+                    }
+                    let events = events.into_iter().map(|event| stamp.event(event)).collect();
+                    commit_appends(
+                        tx,
+                        &mut rows,
+                        vec![StreamAppend {
+                            stream_id: StreamId::operation(operation_id),
+                            expected: ExpectedVersion::Exactly(operation.version),
+                            events,
+                        }],
+                    )
+                    .await?;
+                    Ok::<_, EngineError>(())
+                })
+            })
+            .await?;
+        self.review_entry(entry_id).await
+    }
+
+    /// The inputs and task version an operation was requested with at
+    /// `revision`, from its history.
+    async fn revision_inputs(
+        &self,
+        operation_id: opledger_domain::OperationId,
+        revision: &str,
+    ) -> Result<(String, serde_json::Value, Option<String>), EngineError> {
+        let events = self.store.read_stream(&StreamId::operation(operation_id)).await?;
+        events
+            .iter()
+            .rev()
+            .find_map(|envelope| match &envelope.event {
+                Event::OperationCreated(created) if created.revision.as_deref() == Some(revision) => Some((
+                    revision.to_string(),
+                    created.inputs.clone(),
+                    created.task_version.clone(),
+                )),
+                Event::OperationRevisionRequested(requested) if requested.revision == revision => Some((
+                    revision.to_string(),
+                    requested.inputs.clone(),
+                    requested.task_version.clone(),
+                )),
+                _ => None,
+            })
+            .ok_or_else(|| {
+                EngineError::invalid(format!(
+                    "operation {operation_id} was never requested at revision {revision}"
+                ))
+            })
+    }
+
+    /// The capability states of one media item, in registry order.
+    pub async fn capabilities(&self, media_id: MediaId) -> Result<Vec<CapabilityRow>, EngineError> {
+        self.media(media_id).await?;
+        let mut rows: Vec<CapabilityRow> = self
+            .store
+            .find_rows(
+                &CAPABILITY_STATES_TABLE,
+                &[("media_id", Cell::Uuid(media_id.0))],
+                usize::MAX,
+            )
+            .await?
+            .into_iter()
+            .filter_map(|row| match row {
+                Row::Capability(capability) => Some(capability),
+                _ => None,
+            })
+            .collect();
+        let order = |row: &CapabilityRow| {
+            opledger_domain::capabilities::CAPABILITIES
+                .iter()
+                .position(|capability| capability.name == row.capability)
+                .unwrap_or(usize::MAX)
+        };
+        rows.sort_by_key(order);
+        Ok(rows)
+    }
+
+    /// Records, on each task operation requested at a version of its kind
+    /// other than the current one (the registry's, or an override), that
+    /// the version changed (`task_version_changed`): a result produced by
+    /// the old version makes its capability `stale` until the work is
+    /// requested at the current version. Idempotent: one grouped count by
+    /// `kind@version` finds nothing to do once every row is marked. Run by
+    /// [`Engine::maintain`]. Returns how many operations it marked.
+    pub async fn sweep_task_versions(&self, context: &CommandContext) -> Result<usize, EngineError> {
+        let counted = self.store.count_by(&CAPABILITY_STATES_TABLE, "version_key").await?;
+        let mut marked = 0;
+        for (key, _) in counted {
+            let Some(key) = key else { continue };
+            let Some((kind, _)) = key.split_once('@') else { continue };
+            if capability_for_task(kind).is_none() {
+                continue;
+            }
+            let current = self.task_version(kind).to_string();
+            if key == version_key(kind, Some(&current)) {
+                continue;
+            }
+            loop {
+                let changed: Vec<CapabilityRow> = self
+                    .store
+                    .find_rows(
+                        &CAPABILITY_STATES_TABLE,
+                        &[("version_key", Cell::Text(key.clone()))],
+                        STALE_BATCH,
+                    )
+                    .await?
+                    .into_iter()
+                    .filter_map(|row| match row {
+                        Row::Capability(capability) => Some(capability),
+                        _ => None,
+                    })
+                    .collect();
+                if changed.is_empty() {
+                    break;
+                }
+                let stamp = self.stamp(context);
+                let current = current.clone();
+                marked += changed.len();
+                self.store
+                    .write(move |tx: &mut S::Tx| {
+                        Box::pin(async move {
+                            let mut rows = WorkingSet::default();
+                            let appends = changed
+                                .into_iter()
+                                .map(|capability| StreamAppend {
+                                    stream_id: StreamId::operation(capability.operation_id),
+                                    expected: ExpectedVersion::Exactly(capability.version),
+                                    events: vec![stamp.event(Event::TaskVersionChanged(TaskVersionChanged {
+                                        operation_id: capability.operation_id,
+                                        previous_version: capability.current_version.clone(),
+                                        current_version: current.clone(),
+                                        produced_version: capability.produced_version.clone(),
+                                    }))],
+                                })
+                                .collect();
+                            commit_appends(tx, &mut rows, appends).await?;
+                            Ok::<_, EngineError>(())
+                        })
+                    })
+                    .await?;
+            }
+        }
+        Ok(marked)
+    }
+}
+
+async fn load_operation_row<T: WriteTx>(
+    tx: &mut T,
+    rows: &mut WorkingSet,
+    operation_id: opledger_domain::OperationId,
+) -> Result<OperationRow, EngineError> {
+    let key = operation_key(operation_id);
+    match tx
+        .load_rows(&OPERATIONS_TABLE, std::slice::from_ref(&key.key))
+        .await?
+        .pop()
+    {
+        Some(Row::Operation(operation)) => {
+            rows.insert_loaded(key, Some(Row::Operation(operation.clone())));
+            Ok(operation)
+        }
+        _ => Err(EngineError::not_found("operation", operation_id)),
+    }
+}
+
+/// The events that put an operation back to work for a retry from the
+/// queue: a request of the given revision (when it is not the requested
+/// one), else a reopen; blocked work is unblocked and queued.
+fn retry_events(
+    operation: &OperationRow,
+    requested_at: Option<(String, serde_json::Value, Option<String>)>,
+    reason: &str,
+) -> Result<Vec<Event>, EngineError> {
+    let operation_id = operation.operation_id;
+    if let Some((revision, inputs, task_version)) = requested_at {
+        if operation.revision.as_deref() != Some(revision.as_str()) {
+            transitions::transition(operation.status, Cause::Request)?;
+            return Ok(vec![Event::OperationRevisionRequested(OperationRevisionRequested {
+                operation_id,
+                revision,
+                inputs,
+                requeue: true,
+                task_version,
+            })]);
+        }
+    }
+    if operation.status == OperationStatus::Blocked {
+        let unblock = Event::for_reason(Cause::Unblock, operation_id, reason.to_string());
+        let enqueue = Event::for_reason(Cause::Enqueue, operation_id, reason.to_string());
+        return Ok(unblock.into_iter().chain(enqueue).collect());
+    }
+    transitions::transition(operation.status, Cause::Reopen)?;
+    Ok(Event::for_reason(Cause::Reopen, operation_id, reason.to_string())
+        .into_iter()
+        .collect())
+}

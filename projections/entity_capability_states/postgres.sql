@@ -1,0 +1,34 @@
+-- entity_capability_states, version 1 (PostgreSQL). See
+-- media_registry/postgres.sql for the t: and r: placeholders. One row per
+-- media task operation that produces a capability
+-- (crates/domain/src/capabilities.rs); the 12 capability statuses are
+-- enforced here.
+CREATE TABLE {{t:entity_capability_states}} (
+    operation_id      uuid        PRIMARY KEY,
+    media_id          uuid        NOT NULL REFERENCES {{r:media}} (id) ON DELETE CASCADE,
+    capability        text        NOT NULL,
+    task_kind         text        NOT NULL,
+    status            text        NOT NULL CHECK (status IN (
+        'not_applicable', 'pending', 'queued', 'running', 'succeeded', 'no_result',
+        'missing_confirmed', 'blocked', 'failed_retryable', 'failed_terminal', 'skipped', 'stale')),
+    required          boolean     NOT NULL,
+    requested_version text,
+    claimed_version   text,
+    produced_version  text,
+    current_version   text,
+    version_key       text        NOT NULL CHECK (version_key = task_kind || '@' || coalesce(current_version, '?')),
+    produced_revision text,
+    reason            text,
+    updated_at        timestamptz NOT NULL,
+    version           bigint      NOT NULL CHECK (version >= 1),
+    UNIQUE (media_id, capability),
+    -- Only running work has a claimed version.
+    CHECK (claimed_version IS NULL OR status = 'running'),
+    -- Stale means a result exists, produced by another version.
+    CHECK (status <> 'stale' OR (produced_version IS NOT NULL AND produced_version <> current_version))
+) WITH (fillfactor = 90);
+
+-- Dashboards count by status; the version sweep counts by kind@version and
+-- reads the rows of the keys that are not current.
+CREATE INDEX {{t:entity_capability_states}}_by_status ON {{r:entity_capability_states}} (status);
+CREATE INDEX {{t:entity_capability_states}}_by_version_key ON {{r:entity_capability_states}} (version_key);

@@ -1,0 +1,33 @@
+-- entity_capability_states, version 1 (SQLite). See media_registry/sqlite.sql
+-- for the t: and r: placeholders. One row per media task operation that
+-- produces a capability (crates/domain/src/capabilities.rs); the 12
+-- capability statuses are enforced here.
+CREATE TABLE {{t:entity_capability_states}} (
+    operation_id      TEXT    PRIMARY KEY NOT NULL,
+    media_id          TEXT    NOT NULL REFERENCES {{r:media}} (id) ON DELETE CASCADE,
+    capability        TEXT    NOT NULL,
+    task_kind         TEXT    NOT NULL,
+    status            TEXT    NOT NULL CHECK (status IN (
+        'not_applicable', 'pending', 'queued', 'running', 'succeeded', 'no_result',
+        'missing_confirmed', 'blocked', 'failed_retryable', 'failed_terminal', 'skipped', 'stale')),
+    required          INTEGER NOT NULL CHECK (required IN (0, 1)),
+    requested_version TEXT,
+    claimed_version   TEXT,
+    produced_version  TEXT,
+    current_version   TEXT,
+    version_key       TEXT    NOT NULL CHECK (version_key = task_kind || '@' || coalesce(current_version, '?')),
+    produced_revision TEXT,
+    reason            TEXT,
+    updated_at        TEXT    NOT NULL,
+    version           INTEGER NOT NULL CHECK (version >= 1),
+    UNIQUE (media_id, capability),
+    -- Only running work has a claimed version.
+    CHECK (claimed_version IS NULL OR status = 'running'),
+    -- Stale means a result exists, produced by another version.
+    CHECK (status <> 'stale' OR (produced_version IS NOT NULL AND produced_version <> current_version))
+) WITHOUT ROWID;
+
+-- Dashboards count by status; the version sweep counts by kind@version and
+-- reads the rows of the keys that are not current.
+CREATE INDEX {{t:entity_capability_states}}_by_status ON {{r:entity_capability_states}} (status);
+CREATE INDEX {{t:entity_capability_states}}_by_version_key ON {{r:entity_capability_states}} (version_key);

@@ -1,0 +1,250 @@
+//! `opledger batch`, `opledger review` and `opledger capabilities`: thin
+//! glue from the command line to the engine, and what they print.
+
+use crate::cli::{BatchCommand, BatchCreateArgs, ReviewActionArg, ReviewCommand};
+use crate::UsageError;
+use opledger_domain::projections::{BatchItemRow, BatchRow, CapabilityRow, ReviewRow};
+use opledger_domain::review::ReviewAction;
+use opledger_domain::MediaId;
+use opledger_engine::{BatchRequest, BatchSummary, BatchView, CommandContext, Engine};
+use opledger_store::Store;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+
+fn print_json(value: &Value) {
+    println!(
+        "{}",
+        serde_json::to_string_pretty(value).expect("JSON values always serialize")
+    );
+}
+
+pub async fn batch<S: Store>(engine: &Engine<S>, command: &BatchCommand, as_json: bool) -> anyhow::Result<()> {
+    let context = CommandContext::actor("cli");
+    match command {
+        BatchCommand::Create(args) => {
+            let request = batch_request(args)?;
+            let view = engine.create_batch(&context, request).await?;
+            show(&view, as_json);
+        }
+        BatchCommand::Show { batch_id } => show(&engine.batch(*batch_id).await?, as_json),
+        BatchCommand::List { active } => {
+            let batches = engine.batches(*active).await?;
+            if as_json {
+                print_json(&Value::Array(batches.iter().map(batch_json).collect()));
+            } else if batches.is_empty() {
+                println!("no batches");
+            } else {
+                for batch in &batches {
+                    println!("{}", progress_line(batch));
+                }
+            }
+        }
+        BatchCommand::Cancel { batch_id, reason } => {
+            show(&engine.cancel_batch(&context, *batch_id, reason).await?, as_json)
+        }
+        BatchCommand::Resume { batch_id, reason } => {
+            show(&engine.resume_batch(&context, *batch_id, reason).await?, as_json)
+        }
+    }
+    Ok(())
+}
+
+fn batch_request(args: &BatchCreateArgs) -> anyhow::Result<BatchRequest> {
+    let mut inputs = BTreeMap::new();
+    for given in &args.inputs {
+        let Some((kind, text)) = given.split_once('=') else {
+            return Err(UsageError(format!("--inputs {given:?} must be KIND=JSON")).into());
+        };
+        let value: Value = serde_json::from_str(text)
+            .map_err(|error| UsageError(format!("--inputs for {kind} is not JSON: {error}")))?;
+        inputs.insert(kind.trim().to_string(), value);
+    }
+    Ok(BatchRequest {
+        name: args.name.clone(),
+        media: args.media.clone(),
+        kinds: args.kind.clone(),
+        inputs,
+        priority: args.priority,
+    })
+}
+
+fn batch_json(batch: &BatchRow) -> Value {
+    let summary = BatchSummary::of(batch);
+    json!({
+        "batch_id": summary.batch_id,
+        "name": summary.name,
+        "batch_kind": batch.batch_kind,
+        "status": summary.status,
+        "active": opledger_domain::batches::is_active(&batch.progress),
+        "cancel_requested": batch.cancel_requested,
+        "total": summary.total,
+        "settled": summary.settled,
+        "succeeded": summary.succeeded,
+        "failed": summary.failed,
+        "skipped": summary.skipped,
+        "cancelled": summary.cancelled,
+        "remaining": summary.remaining,
+        "resumes": batch.resumes,
+        "created_at": batch.created_at,
+        "updated_at": batch.updated_at,
+    })
+}
+
+fn item_json(item: &BatchItemRow) -> Value {
+    json!({
+        "operation_id": item.operation_id,
+        "label": item.label,
+        "outcome": item.outcome.map(|outcome| outcome.as_str()),
+        "last_status": item.last_status,
+        "reason": item.reason,
+        "runs": item.runs,
+        "settled_at": item.settled_at,
+        "history": serde_json::from_str::<Value>(&item.history).unwrap_or(Value::Null),
+    })
+}
+
+fn progress_line(batch: &BatchRow) -> String {
+    let progress = &batch.progress;
+    format!(
+        "{}  {:<24} {:<24} {}/{} settled: {} succeeded, {} failed, {} skipped, {} cancelled, {} remaining",
+        batch.batch_id,
+        batch.name,
+        batch.status,
+        progress.settled,
+        progress.total,
+        progress.succeeded,
+        progress.failed,
+        progress.skipped,
+        progress.cancelled,
+        progress.remaining()
+    )
+}
+
+fn show(view: &BatchView, as_json: bool) {
+    if as_json {
+        let mut value = batch_json(&view.batch);
+        value["items"] = Value::Array(view.items.iter().map(item_json).collect());
+        print_json(&value);
+        return;
+    }
+    println!("{}", progress_line(&view.batch));
+    for item in &view.items {
+        println!(
+            "  {:<5} {:<60} {:<10} runs {}  {}",
+            item.position,
+            item.label,
+            item.outcome.map_or("-", |outcome| outcome.as_str()),
+            item.runs,
+            item.reason.as_deref().unwrap_or("")
+        );
+    }
+}
+
+fn review_json(entry: &ReviewRow) -> Value {
+    json!({
+        "entry_id": entry.entry_id,
+        "operation_id": entry.operation_id,
+        "kind": entry.kind,
+        "media_id": entry.media_id,
+        "path": entry.path,
+        "reason_code": entry.reason_code,
+        "operation_status": entry.operation_status,
+        "detail": entry.detail,
+        "state": entry.state,
+        "resolution": entry.resolution,
+        "resolution_reason": entry.resolution_reason,
+        "resolved_by": entry.resolved_by,
+        "opened_at": entry.opened_at,
+        "resolved_at": entry.resolved_at,
+    })
+}
+
+pub async fn review<S: Store>(engine: &Engine<S>, command: &ReviewCommand, as_json: bool) -> anyhow::Result<()> {
+    match command {
+        ReviewCommand::List => {
+            let entries = engine.review_entries().await?;
+            if as_json {
+                print_json(&Value::Array(entries.iter().map(review_json).collect()));
+            } else if entries.is_empty() {
+                println!("the review queue is empty");
+            } else {
+                for entry in &entries {
+                    println!(
+                        "#{:<8} {:<16} {:<16} {}  {}",
+                        entry.entry_id,
+                        entry.reason_code,
+                        entry.kind,
+                        entry
+                            .path
+                            .clone()
+                            .or_else(|| entry.media_id.map(|id| id.to_string()))
+                            .unwrap_or_default(),
+                        entry.detail.as_deref().unwrap_or("")
+                    );
+                }
+            }
+        }
+        ReviewCommand::Resolve(args) => {
+            let action = match args.action {
+                ReviewActionArg::Retry => ReviewAction::Retry,
+                ReviewActionArg::Dismiss => ReviewAction::Dismiss,
+                ReviewActionArg::Acknowledge => ReviewAction::Acknowledge,
+            };
+            let entry = engine
+                .resolve_review(
+                    &CommandContext::actor("cli"),
+                    args.entry_id,
+                    action,
+                    args.revision.clone(),
+                    &args.reason,
+                )
+                .await?;
+            if as_json {
+                print_json(&review_json(&entry));
+            } else {
+                println!("entry #{} is {} ({})", entry.entry_id, entry.state, action);
+            }
+        }
+    }
+    Ok(())
+}
+
+fn capability_json(row: &CapabilityRow) -> Value {
+    json!({
+        "capability": row.capability,
+        "task_kind": row.task_kind,
+        "status": row.status,
+        "required": row.required,
+        "operation_id": row.operation_id,
+        "requested_version": row.requested_version,
+        "produced_version": row.produced_version,
+        "current_version": row.current_version,
+        "produced_revision": row.produced_revision,
+        "reason": row.reason,
+        "updated_at": row.updated_at,
+    })
+}
+
+pub async fn capabilities<S: Store>(engine: &Engine<S>, media_id: MediaId, as_json: bool) -> anyhow::Result<()> {
+    let rows = engine.capabilities(media_id).await?;
+    if as_json {
+        print_json(&json!({
+            "media_id": media_id,
+            "capabilities": rows.iter().map(capability_json).collect::<Vec<_>>(),
+        }));
+        return Ok(());
+    }
+    if rows.is_empty() {
+        println!("media {media_id}: no capability requested yet");
+    }
+    for row in &rows {
+        println!(
+            "{:<16} {:<18} version {}  {}",
+            row.capability,
+            row.status,
+            row.produced_version.as_deref().unwrap_or("-"),
+            row.reason.as_deref().unwrap_or("")
+        );
+    }
+    Ok(())
+}
