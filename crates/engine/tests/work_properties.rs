@@ -7,7 +7,9 @@
 //! no result), failures (retryable or terminal), cancels and their
 //! acknowledgements, each report made with a held, an ended or a bogus claim
 //! token. The clock moves between commands; now and then recovery runs or the
-//! process restarts (reopen, startup).
+//! process restarts (reopen, startup, upkeep), sometimes under a new
+//! metadata version. Batches are created over the items, cancelled and
+//! resumed; open review entries are retried, dismissed or acknowledged.
 //!
 //! Properties:
 //! 1. A refused command appends nothing (the log head is unchanged), and
@@ -16,18 +18,24 @@
 //!    Conflict; a report with a held token is accepted (an acknowledgement
 //!    only when a cancel was requested).
 //! 3. A held claim has its lease row; an ended claim has none.
-//! 4. At the end, `verify()` finds the inline projections identical to a
+//! 4. Every batch's counts equal its items' outcomes and its activity is the
+//!    shared predicate's; no item is unsettled while its operation is
+//!    settled; every open review entry is for a routed status.
+//! 5. At the end, `verify()` finds the inline projections identical to a
 //!    replay of the log from empty, twice, and the live tables equal the pure
 //!    in-memory reference fold of the whole log.
 //!
 //! Failure persistence is off: nothing is written into the source tree.
 
 use futures::TryStreamExt;
+use opledger_domain::batches::{is_active, settled_outcome, BatchProgress};
 use opledger_domain::projections::{all_specs, fold_in_memory, Row};
+use opledger_domain::review::{route, ReviewAction};
+use opledger_domain::BatchId;
 use opledger_domain::{DomainError, MediaId, OperationId, RegionId, Timestamp};
 use opledger_engine::{
-    ClaimRequest, CommandContext, Completion, Engine, EngineError, Fence, FixedClock, FixedJitter, Progress,
-    SequentialIds, TaskClaim, TaskRequest, TaskTarget,
+    BatchRequest, ClaimRequest, CommandContext, Completion, Engine, EngineError, Fence, FixedClock, FixedJitter,
+    Progress, SequentialIds, TaskClaim, TaskRequest, TaskTarget,
 };
 use opledger_store::Store;
 use opledger_store_sqlite::{SqliteConfig, SqliteStore};
@@ -76,6 +84,14 @@ enum Command {
     Recover,
     Advance(i64),
     Restart,
+    /// A batch over the media items in the mask (bit i: item i) and a kind.
+    BatchCreate(u8, usize),
+    BatchCancel(usize),
+    BatchResume(usize),
+    /// Resolve the k-th open review entry: 0 retry, 1 dismiss, 2 acknowledge.
+    ReviewResolve(usize, u8),
+    /// Restart under a new metadata version (a deployment of a new model).
+    NewMetadataVersion,
 }
 
 const KINDS: [&str; 4] = ["metadata", "thumbnail", "auto_tagging", "crop_embedding"];
@@ -114,6 +130,11 @@ fn command() -> BoxedStrategy<Command> {
         2 => Just(Command::Recover),
         4 => prop_oneof![Just(500i64), Just(2_000), Just(70_000), Just(700_000)].prop_map(Command::Advance),
         1 => Just(Command::Restart),
+        2 => (1u8..8, 0usize..3).prop_map(|(mask, kind)| Command::BatchCreate(mask, kind)),
+        1 => (0usize..4).prop_map(Command::BatchCancel),
+        2 => (0usize..4).prop_map(Command::BatchResume),
+        2 => (0usize..4, 0u8..3).prop_map(|(pick, action)| Command::ReviewResolve(pick, action)),
+        1 => Just(Command::NewMetadataVersion),
     ]
     .boxed()
 }
@@ -135,12 +156,23 @@ struct World {
     held: Vec<TaskClaim>,
     ended: Vec<TaskClaim>,
     tally: BTreeMap<&'static str, usize>,
+    batches: Vec<BatchId>,
+    metadata_version: u32,
 }
 
-async fn open_engine(path: &Path, clock: &Arc<FixedClock>, ids: &Arc<SequentialIds>) -> Engine<SqliteStore> {
+async fn open_engine(
+    path: &Path,
+    clock: &Arc<FixedClock>,
+    ids: &Arc<SequentialIds>,
+    metadata_version: u32,
+) -> Engine<SqliteStore> {
     let store = SqliteStore::open(SqliteConfig::at(path)).await.expect("open the store");
-    let engine = Engine::with_clock(store, clock.clone(), ids.clone()).with_jitter(Arc::new(FixedJitter(400)));
+    let engine = Engine::with_clock(store, clock.clone(), ids.clone())
+        .with_jitter(Arc::new(FixedJitter(400)))
+        .with_task_version("metadata", &metadata_version.to_string())
+        .expect("a known kind");
     engine.startup().await.expect("startup");
+    engine.maintain(&CommandContext::actor("system")).await.expect("upkeep");
     engine
 }
 
@@ -148,7 +180,7 @@ impl World {
     async fn new(path: PathBuf) -> World {
         let clock = Arc::new(FixedClock::at(Timestamp::from_micros(1_790_000_000_000_000)));
         let ids = Arc::new(SequentialIds::default());
-        let engine = open_engine(&path, &clock, &ids).await;
+        let engine = open_engine(&path, &clock, &ids, 1).await;
         let context = CommandContext::actor("property");
         let mut media = Vec::new();
         for index in 0..3 {
@@ -191,6 +223,8 @@ impl World {
             held: Vec::new(),
             ended: Vec::new(),
             tally: BTreeMap::new(),
+            batches: Vec::new(),
+            metadata_version: 1,
         }
     }
 
@@ -452,9 +486,96 @@ impl World {
                 None
             }
             Command::Restart => {
-                self.engine = open_engine(&self.path, &self.clock, &self.ids).await;
+                self.engine = open_engine(&self.path, &self.clock, &self.ids, self.metadata_version).await;
                 self.count("restart");
                 None
+            }
+            Command::NewMetadataVersion => {
+                self.metadata_version += 1;
+                self.engine = open_engine(&self.path, &self.clock, &self.ids, self.metadata_version).await;
+                self.count("new metadata version");
+                None
+            }
+            Command::BatchCreate(mask, kind) => {
+                let media: Vec<MediaId> = (0..3)
+                    .filter(|index| mask & (1 << index) != 0)
+                    .map(|index| self.media[index])
+                    .collect();
+                let kind = ["metadata", "thumbnail", "auto_tagging"][kind];
+                let mut inputs_by_kind = BTreeMap::new();
+                inputs_by_kind.insert(kind.to_string(), inputs(kind, false));
+                let result = engine
+                    .create_batch(
+                        &context,
+                        BatchRequest {
+                            name: format!("batch {}", self.batches.len()),
+                            media,
+                            kinds: vec![kind.to_string()],
+                            inputs: inputs_by_kind,
+                            priority: 0,
+                        },
+                    )
+                    .await;
+                match result {
+                    Ok(view) => {
+                        self.batches.push(view.batch.batch_id);
+                        for item in &view.items {
+                            if !self.operations.contains(&item.operation_id) {
+                                self.operations.push(item.operation_id);
+                            }
+                        }
+                        self.count("batch created");
+                        None
+                    }
+                    Err(error) => return Err(fail(format!("batch create: {error}"))),
+                }
+            }
+            Command::BatchCancel(pick) | Command::BatchResume(pick) if self.batches.is_empty() => {
+                let _ = pick;
+                None
+            }
+            Command::BatchCancel(pick) => {
+                let batch_id = self.batches[pick % self.batches.len()];
+                let result = engine.cancel_batch(&context, batch_id, "property cancel").await;
+                match &result {
+                    Ok(_) => self.count("batch cancelled"),
+                    Err(EngineError::Domain(DomainError::Conflict(_))) => {
+                        self.count("cancel of a settled batch refused")
+                    }
+                    Err(error) => return Err(fail(format!("batch cancel: {error}"))),
+                }
+                result.err()
+            }
+            Command::BatchResume(pick) => {
+                let batch_id = self.batches[pick % self.batches.len()];
+                let result = engine.resume_batch(&context, batch_id, "property resume").await;
+                match &result {
+                    Ok(_) => self.count("batch resumed"),
+                    Err(EngineError::Domain(DomainError::Conflict(_))) => {
+                        self.count("resume with nothing to resume refused")
+                    }
+                    Err(error) => return Err(fail(format!("batch resume: {error}"))),
+                }
+                result.err()
+            }
+            Command::ReviewResolve(pick, action) => {
+                let entries = engine.review_entries().await.map_err(|error| fail(error.to_string()))?;
+                if entries.is_empty() {
+                    return self.reconcile().await;
+                }
+                let entry = &entries[pick % entries.len()];
+                let action =
+                    [ReviewAction::Retry, ReviewAction::Dismiss, ReviewAction::Acknowledge][usize::from(action)];
+                let result = engine
+                    .resolve_review(&context, entry.entry_id, action, None, "property review")
+                    .await;
+                match &result {
+                    Ok(_) => self.count("review entry resolved"),
+                    // Retrying work the table cannot reopen from its status.
+                    Err(EngineError::Domain(DomainError::IllegalTransition(_))) => self.count("review retry refused"),
+                    Err(error) => return Err(fail(format!("review resolve: {error}"))),
+                }
+                result.err()
             }
         };
         if let Some(error) = refused {
@@ -464,7 +585,66 @@ impl World {
             );
             prop_assert_eq!(self.head().await, head, "a refused command appended");
         }
+        self.check_batches_and_review().await?;
         self.reconcile().await
+    }
+
+    /// Every batch's counts are exactly its items' outcomes, its activity
+    /// is the shared predicate's; every open review entry's operation is in
+    /// a status the routing policy routes.
+    async fn check_batches_and_review(&mut self) -> Result<(), TestCaseError> {
+        for batch_id in &self.batches {
+            let view = self
+                .engine
+                .batch(*batch_id)
+                .await
+                .map_err(|error| fail(error.to_string()))?;
+            let mut counted = BatchProgress {
+                total: view.items.len() as i64,
+                ..BatchProgress::default()
+            };
+            for item in &view.items {
+                if let Some(outcome) = item.outcome {
+                    counted.settle(outcome);
+                }
+                // A settled item's operation is settled with that outcome
+                // at settlement time; an unsettled item's operation is not
+                // settled (else reconciliation missed it).
+                let operation = self
+                    .engine
+                    .operation(item.operation_id)
+                    .await
+                    .map_err(|error| fail(error.to_string()))?;
+                if item.outcome.is_none() {
+                    prop_assert!(
+                        settled_outcome(operation.status).is_none(),
+                        "item {} unsettled while its operation is {}",
+                        item.operation_id,
+                        operation.status
+                    );
+                }
+            }
+            prop_assert_eq!(view.batch.progress, counted);
+            prop_assert_eq!(view.active, is_active(&counted));
+        }
+        for entry in self
+            .engine
+            .review_entries()
+            .await
+            .map_err(|error| fail(error.to_string()))?
+        {
+            let operation = self
+                .engine
+                .operation(entry.operation_id)
+                .await
+                .map_err(|error| fail(error.to_string()))?;
+            prop_assert!(
+                route(&operation.kind, operation.status).is_some(),
+                "open entry for a {} operation",
+                operation.status
+            );
+        }
+        Ok(())
     }
 
     async fn check_replay(&self) -> Result<(), TestCaseError> {
@@ -599,6 +779,11 @@ fn work_protocol_sequences_keep_fencing_and_leases_and_replay_identically() {
         "request on the wrong target refused",
         "recovery interrupted claims",
         "cancel accepted",
+        "batch created",
+        "batch cancelled",
+        "batch resumed",
+        "review entry resolved",
+        "new metadata version",
     ] {
         assert!(tally.contains_key(label), "never reached: {label}; {tally:#?}");
     }
