@@ -11,8 +11,9 @@
 use crate::error::MediaError;
 use image::codecs::jpeg::JpegEncoder;
 use image::codecs::png::{CompressionType, FilterType as PngFilter, PngEncoder};
-use image::{DynamicImage, ImageError, ImageFormat, ImageReader};
-use std::io::{self, Cursor};
+use image::metadata::Orientation;
+use image::{DynamicImage, ImageDecoder, ImageError, ImageFormat, ImageReader, ImageResult};
+use std::io::{self, BufRead, Cursor, Seek};
 use std::path::Path;
 
 /// JPEG quality of encoded thumbnails: small files without visible blocks
@@ -24,6 +25,8 @@ const JPEG_QUALITY: u8 = 85;
 pub struct ImageMetadata {
     /// `png`, `jpeg`, `gif`, `webp` (see [`format_name`]).
     pub format: &'static str,
+    /// As displayed: after the EXIF orientation, so a portrait photo a
+    /// phone stored sideways is reported (and decoded) as portrait.
     pub width: u32,
     pub height: u32,
     pub byte_size: u64,
@@ -91,12 +94,36 @@ fn first_bytes(bytes: &[u8]) -> String {
         .join(" ")
 }
 
+/// Dimensions as displayed: the stored ones, swapped when the EXIF
+/// orientation turns the picture by a quarter.
+fn oriented((width, height): (u32, u32), orientation: Orientation) -> (u32, u32) {
+    match orientation {
+        Orientation::Rotate90 | Orientation::Rotate270 | Orientation::Rotate90FlipH | Orientation::Rotate270FlipH => {
+            (height, width)
+        }
+        _ => (width, height),
+    }
+}
+
+/// The orientation a decoder reports; a damaged EXIF block means "as
+/// stored", since it should not make a readable picture unreadable.
+fn orientation_of(decoder: &mut impl ImageDecoder) -> Orientation {
+    decoder.orientation().unwrap_or(Orientation::NoTransforms)
+}
+
+/// Displayed dimensions from the header (and EXIF block) only.
+fn header_dimensions<R: BufRead + Seek>(reader: ImageReader<R>) -> ImageResult<(u32, u32)> {
+    let mut decoder = reader.into_decoder()?;
+    let orientation = orientation_of(&mut decoder);
+    Ok(oriented(decoder.dimensions(), orientation))
+}
+
 /// Format and dimensions from the header only (no pixel is decoded):
 /// cheap, but a file truncated after its header still answers. Use
 /// [`decode_image`] to know the whole image is readable.
 pub fn image_metadata(bytes: &[u8]) -> Result<ImageMetadata, MediaError> {
     let (reader, format) = reader(bytes)?;
-    let (width, height) = reader.into_dimensions().map_err(not_an_image)?;
+    let (width, height) = header_dimensions(reader).map_err(not_an_image)?;
     Ok(ImageMetadata {
         format: format_name(format),
         width,
@@ -119,7 +146,7 @@ pub fn read_metadata(path: &Path) -> Result<ImageMetadata, MediaError> {
             path.display()
         )));
     };
-    let (width, height) = reader.into_dimensions().map_err(|error| match error {
+    let (width, height) = header_dimensions(reader).map_err(|error| match error {
         // A header cut short is the file's fault, not the disk's.
         ImageError::IoError(source) if source.kind() != io::ErrorKind::UnexpectedEof => {
             MediaError::io("reading", path, source)
@@ -134,13 +161,17 @@ pub fn read_metadata(path: &Path) -> Result<ImageMetadata, MediaError> {
     })
 }
 
-/// Decodes every pixel. Any failure is [`MediaError::NotAnImage`]: the
-/// bytes are in memory, so an error can only be about them. The `image`
-/// crate's default limits apply (512 MiB of pixels), so a crafted header
-/// cannot make the decoder allocate without bound.
+/// Decodes every pixel and turns the picture upright by its EXIF
+/// orientation. Any failure is [`MediaError::NotAnImage`]: the bytes are
+/// in memory, so an error can only be about them. The `image` crate's
+/// default limits apply (512 MiB of pixels), so a crafted header cannot
+/// make the decoder allocate without bound.
 pub fn decode_image(bytes: &[u8]) -> Result<DecodedImage, MediaError> {
     let (reader, format) = reader(bytes)?;
-    let image = reader.decode().map_err(not_an_image)?;
+    let mut decoder = reader.into_decoder().map_err(not_an_image)?;
+    let orientation = orientation_of(&mut decoder);
+    let mut image = DynamicImage::from_decoder(decoder).map_err(not_an_image)?;
+    image.apply_orientation(orientation);
     Ok(DecodedImage {
         format,
         image,

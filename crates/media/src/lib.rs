@@ -19,13 +19,16 @@
 //! a file that cannot be read is I/O trouble (retryable), bytes that do not
 //! decode as an image are final (terminal), whatever the reader guesses.
 
-mod dhash;
-mod error;
-mod hash;
-mod image_ops;
-mod samples;
-mod settle;
-mod tasks;
+// Public so their documentation (the settling rule, the dHash algorithm,
+// the tasks' steps and failure decisions) is part of the API docs; the
+// items are re-exported below for short paths.
+pub mod dhash;
+pub mod error;
+pub mod hash;
+pub mod image_ops;
+pub mod samples;
+pub mod settle;
+pub mod tasks;
 
 /// The `image` crate this one is built on (its types appear in the API).
 pub use image;

@@ -354,8 +354,8 @@ impl Task for ThumbnailTask {
     }
 }
 
-/// The `perceptual_hash` kind: a 64-bit dHash (see [`crate::dhash`]'s
-/// algorithm). `algorithm` must be `dhash` or `dhash64`. Output:
+/// The `perceptual_hash` kind: a 64-bit dHash (the algorithm is in
+/// [`mod@crate::dhash`]). `algorithm` must be `dhash` or `dhash64`. Output:
 /// `{"algorithm": "dhash64", "hash": "<16 hex digits>"}`.
 #[derive(Clone)]
 pub struct PerceptualHashTask {

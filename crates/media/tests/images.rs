@@ -286,3 +286,53 @@ fn corrupt_files_give_clear_terminal_errors() {
     assert!(missing.is_retryable(), "{missing}");
     assert_eq!(sha256_hex(&std::fs::read(&set.images[0]).unwrap()).len(), 64);
 }
+
+/// A minimal little-endian EXIF (TIFF) block with one entry: orientation.
+fn exif_orientation(value: u16) -> Vec<u8> {
+    let mut exif = b"II\x2a\x00\x08\x00\x00\x00".to_vec();
+    exif.extend_from_slice(&1_u16.to_le_bytes()); // one entry
+    exif.extend_from_slice(&0x0112_u16.to_le_bytes()); // Orientation
+    exif.extend_from_slice(&3_u16.to_le_bytes()); // SHORT
+    exif.extend_from_slice(&1_u32.to_le_bytes()); // one value
+    exif.extend_from_slice(&value.to_le_bytes());
+    exif.extend_from_slice(&[0, 0]);
+    exif.extend_from_slice(&0_u32.to_le_bytes()); // no next IFD
+    exif
+}
+
+#[test]
+fn a_photo_stored_sideways_is_reported_and_thumbnailed_upright() {
+    use image::codecs::jpeg::JpegEncoder;
+    use image::ImageEncoder;
+    // Stored 40 × 20, red left half, blue right half; EXIF orientation 6
+    // says "rotate 90° clockwise to display": 20 × 40, red on top.
+    let stored = RgbImage::from_fn(40, 20, |x, _| if x < 20 { Rgb([255, 0, 0]) } else { Rgb([0, 0, 255]) });
+    let mut bytes = Vec::new();
+    let mut encoder = JpegEncoder::new_with_quality(&mut bytes, 95);
+    encoder.set_exif_metadata(exif_orientation(6)).unwrap();
+    DynamicImage::ImageRgb8(stored).write_with_encoder(encoder).unwrap();
+
+    let header = image_metadata(&bytes).unwrap();
+    assert_eq!((header.width, header.height), (20, 40));
+    let folder = tempfile::tempdir().unwrap();
+    let path = folder.path().join("portrait.jpg");
+    std::fs::write(&path, &bytes).unwrap();
+    let from_file = read_metadata(&path).unwrap();
+    assert_eq!((from_file.width, from_file.height), (20, 40));
+
+    let decoded = decode_image(&bytes).unwrap();
+    assert_eq!(decoded.metadata(), header);
+    let upright = decoded.image.to_rgb8();
+    assert!(
+        upright.get_pixel(10, 5).0[0] > 200,
+        "red on top: {:?}",
+        upright.get_pixel(10, 5)
+    );
+    assert!(
+        upright.get_pixel(10, 35).0[2] > 200,
+        "blue below: {:?}",
+        upright.get_pixel(10, 35)
+    );
+    let small = thumbnail(&decoded.image, 16).unwrap();
+    assert_eq!(small.dimensions(), (8, 16));
+}
