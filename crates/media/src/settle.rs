@@ -15,9 +15,14 @@
 //!   passed since the last change was seen, or the mtime itself is a quiet
 //!   period old, the file is settled.
 //!
+//! [`Settler::settle_and_hash`] is the ingest's hashing stage in one call:
+//! settle, hash, and settle again if the file changed while it was read.
+//!
 //! Time comes from a [`SettleClock`] (now and sleep), so tests drive the
 //! polls themselves instead of racing the wall clock.
 
+use crate::error::MediaError;
+use crate::hash::{hash_file, ContentHash};
 use futures::future::BoxFuture;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -228,6 +233,48 @@ impl Settler {
                 return Ok(Settled { state: current, polls });
             }
         }
+    }
+}
+
+impl Settler {
+    /// How many times [`Settler::settle_and_hash`] settles again when the
+    /// file changed while it was being hashed, before giving up.
+    pub const HASH_ROUNDS: u32 = 3;
+
+    /// Settles `path`, hashes it, and checks that it did not change while it
+    /// was hashed (same size and mtime after as when it settled, and as many
+    /// bytes hashed as it has); if it did, settles again. The digest is
+    /// then of the settled file, not of a file being rewritten under the
+    /// reader. Gives up with [`SettleError::StillChanging`] after
+    /// [`Settler::HASH_ROUNDS`] rounds.
+    pub async fn settle_and_hash(&self, path: &Path) -> Result<(Settled, ContentHash), SettleError> {
+        let started = self.clock.now();
+        let io_error = |source: io::Error| SettleError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let mut last = None;
+        for _ in 0..Self::HASH_ROUNDS {
+            let settled = self.settle(path).await?;
+            let owned = path.to_path_buf();
+            let hashed = tokio::task::spawn_blocking(move || hash_file(&owned))
+                .await
+                .map_err(|error| io_error(io::Error::other(format!("hashing did not finish: {error}"))))?
+                .map_err(|error| match error {
+                    MediaError::Io { source, .. } => io_error(source),
+                    other => io_error(io::Error::other(other.to_string())),
+                })?;
+            let after = self.stat(path).await?;
+            if after == settled.state && hashed.byte_size == after.size {
+                return Ok((settled, hashed));
+            }
+            last = Some(after);
+        }
+        Err(SettleError::StillChanging {
+            path: path.to_path_buf(),
+            waited: elapsed(started, self.clock.now()),
+            last: last.expect("at least one round ran"),
+        })
     }
 }
 

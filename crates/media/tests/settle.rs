@@ -128,6 +128,12 @@ async fn a_growing_file_is_not_settled_until_it_stops() {
         settled.polls
     );
     assert_eq!(clock.sleeps.load(Ordering::SeqCst), settled.polls);
+
+    // Settling and hashing in one call gives the digest of the whole file.
+    let (again, hashed) = settler.settle_and_hash(&path).await.unwrap();
+    assert_eq!(again.state, settled.state);
+    assert_eq!(hashed, opledger_media::hash_file(&path).unwrap());
+    assert_eq!(hashed.byte_size, settled.state.size);
 }
 
 #[tokio::test]
@@ -170,6 +176,9 @@ async fn a_static_file_is_settled_at_a_glance_without_waiting() {
     assert_eq!(settled.state.size, CHUNK as u64);
     assert_eq!(settler.check(&path).await.unwrap(), Some(settled.state));
     assert_eq!(clock.sleeps.load(Ordering::SeqCst), 0, "no sleep for a static file");
+    let (settled, hashed) = settler.settle_and_hash(&path).await.unwrap();
+    assert_eq!(settled.polls, 0);
+    assert_eq!(hashed.sha256, opledger_media::sha256_hex(&[b'x'; CHUNK]));
 }
 
 #[tokio::test]
