@@ -37,8 +37,8 @@ pub use dhash::{dhash, hamming_distance, DHash, DHASH_ALGORITHM};
 pub use error::MediaError;
 pub use hash::{hash_file, hash_reader, sha256_hex, ContentHash, DIGEST_PREFIX};
 pub use image_ops::{
-    decode_image, encode_image, format_name, image_metadata, read_metadata, thumbnail, thumbnail_size, DecodedImage,
-    ImageMetadata, ThumbnailFormat,
+    decode_image, encode_image, format_name, image_metadata, read_metadata, shrink, thumbnail, thumbnail_size,
+    DecodedImage, ImageMetadata, ThumbnailFormat,
 };
 pub use samples::{generate_samples, generate_samples_with, SampleOptions, SampleSet};
 pub use settle::{file_state, is_settled, FileState, SettleClock, SettleError, Settled, Settler, SystemSettleClock};
