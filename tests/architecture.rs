@@ -304,6 +304,7 @@ fn only_backend_crates_depend_on_database_drivers() {
         "opledger-store",
         "opledger-engine",
         "opledger-worker",
+        "opledger-media",
     ] {
         let closure = library_dependency_closure(member);
         for forbidden in [

@@ -1,0 +1,48 @@
+//! The media work of opledger's ingest pipeline: what happens to a file
+//! once the ledger has decided it should happen. A streaming SHA-256 content
+//! hash; *settling* (waiting until a file that is still being written stops
+//! changing); image metadata (format, dimensions, byte size); thumbnails;
+//! a 64-bit perceptual hash (dHash); the [`opledger_worker::Task`]
+//! implementations that run the registry's `metadata`, `thumbnail` and
+//! `perceptual_hash` kinds on claimed work; and a generator of deterministic
+//! sample images (with optional corrupt files) for trying the pipeline out.
+//!
+//! It knows image formats and files, and must not know SQL, a store backend
+//! or the engine's commands: the worker tasks see only a
+//! [`opledger_worker::Job`] (the claim, its inputs, fenced file outputs),
+//! and a task learns where a media item's file is through a
+//! [`PathResolver`] the caller supplies, because paths are not part of a
+//! revision. Everything else here is plain functions on files and bytes,
+//! usable without a ledger at all.
+//!
+//! Errors say whether trying again could help ([`MediaError::is_retryable`]):
+//! a file that cannot be read is I/O trouble (retryable), bytes that do not
+//! decode as an image are final (terminal), whatever the reader guesses.
+
+// Public so their documentation (the settling rule, the dHash algorithm,
+// the tasks' steps and failure decisions) is part of the API docs; the
+// items are re-exported below for short paths.
+pub mod dhash;
+pub mod error;
+pub mod hash;
+pub mod image_ops;
+pub mod samples;
+pub mod settle;
+pub mod tasks;
+
+/// The `image` crate this one is built on (its types appear in the API).
+pub use image;
+
+pub use dhash::{dhash, hamming_distance, DHash, DHASH_ALGORITHM};
+pub use error::MediaError;
+pub use hash::{hash_file, hash_reader, sha256_hex, ContentHash, DIGEST_PREFIX};
+pub use image_ops::{
+    decode_image, encode_image, format_name, image_metadata, read_metadata, shrink, thumbnail, thumbnail_size,
+    DecodedImage, ImageMetadata, ThumbnailFormat,
+};
+pub use samples::{generate_samples, generate_samples_with, SampleOptions, SampleSet};
+pub use settle::{file_state, is_settled, FileState, SettleClock, SettleError, Settled, Settler, SystemSettleClock};
+pub use tasks::{
+    resolver_fn, ExecutionCounter, MetadataTask, PathResolver, PerceptualHashTask, ThumbnailTask,
+    DEFAULT_THUMBNAIL_SIDE, MAX_THUMBNAIL_SIDE,
+};

@@ -1,0 +1,450 @@
+//! The worker tasks for the registry's image kinds: `metadata`,
+//! `thumbnail` and `perceptual_hash` (inputs in
+//! `crates/domain/src/tasks.rs`).
+//!
+//! Each run follows the same steps:
+//!
+//! 1. Count the execution (the optional [`ExecutionCounter`]), so a test or
+//!    the ingest summary can tell how many tasks really ran.
+//! 2. Find the file: the claim names a media item, and the caller's
+//!    [`PathResolver`] says where its file is now. Paths are not part of a
+//!    revision (moving a file does not change what a thumbnail of it is),
+//!    so the claim cannot carry one.
+//! 3. Read the file once and check its SHA-256 against the claim's
+//!    `content_digest`. The revision was computed from that digest; bytes
+//!    that no longer match it must not produce its output. A mismatch is a
+//!    **retryable** failure: the file changed after it was registered, which
+//!    is ordinary in a live library (an edit, a copy still running), not a
+//!    defect of the item. The ingest's next scan registers the new digest and
+//!    requests a new revision, which the retry-waiting task takes up at once;
+//!    if nobody does, the kind's retry budget ends it `failed_terminal` with
+//!    the mismatch as its last error. A digest that is not SHA-256 (or is
+//!    missing) cannot be checked at all and is terminal.
+//! 4. Decode those same bytes (never the file again: what was checked is
+//!    what is decoded) and do the image work on tokio's blocking pool,
+//!    abandoning it if the job is told to stop.
+//!
+//! Failures: an unreadable file is retryable (I/O); bytes that are not a
+//! decodable image (corrupt, truncated, a text file named `.jpg`) and
+//! inputs this code cannot honour are terminal, with the reason first
+//! (`not a decodable image: ...`) and the file's path after it.
+//!
+//! The tasks report no progress phases: one image takes milliseconds, and
+//! every phase change is an event on the timeline, which would cost the
+//! ledger more than the work it describes.
+
+use crate::dhash::{dhash, DHASH_ALGORITHM};
+use crate::error::MediaError;
+use crate::hash::{sha256_hex, DIGEST_PREFIX};
+use crate::image_ops::{decode_image, encode_image, image_metadata, thumbnail, ThumbnailFormat};
+use futures::future::BoxFuture;
+use opledger_domain::MediaId;
+use opledger_worker::{Job, Outcome, Task, TaskError};
+use serde_json::{json, Value};
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Counts task executions (every call of `run`, whatever its outcome).
+pub type ExecutionCounter = Arc<AtomicU64>;
+
+/// The thumbnail size the reference pipeline asks for.
+pub const DEFAULT_THUMBNAIL_SIDE: u32 = 256;
+
+/// The largest `max_side` a thumbnail task accepts: beyond it a "thumbnail"
+/// is a full-size copy, and a typo (25600) should fail loudly.
+pub const MAX_THUMBNAIL_SIDE: u32 = 4096;
+
+/// Where a media item's file is now. The caller knows (the ledger's media
+/// registry, a library's own database); this crate does not.
+///
+/// Return [`TaskError::Retryable`] for trouble that may pass (the registry
+/// is unavailable) and [`TaskError::Terminal`] when the item cannot have a
+/// file (it is not known at all).
+pub trait PathResolver: Send + Sync + 'static {
+    fn resolve(&self, media: MediaId) -> BoxFuture<'static, Result<PathBuf, TaskError>>;
+}
+
+struct FnResolver<F>(F);
+
+impl<F, Fut> PathResolver for FnResolver<F>
+where
+    F: Fn(MediaId) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<PathBuf, TaskError>> + Send + 'static,
+{
+    fn resolve(&self, media: MediaId) -> BoxFuture<'static, Result<PathBuf, TaskError>> {
+        Box::pin((self.0)(media))
+    }
+}
+
+/// A resolver from an async function or closure:
+/// `resolver_fn(move |media| { let map = map.clone(); async move { ... } })`.
+pub fn resolver_fn<F, Fut>(resolve: F) -> Arc<dyn PathResolver>
+where
+    F: Fn(MediaId) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<PathBuf, TaskError>> + Send + 'static,
+{
+    Arc::new(FnResolver(resolve))
+}
+
+/// What every image task shares: how to find the file, and the counter.
+#[derive(Clone)]
+struct Source {
+    resolver: Arc<dyn PathResolver>,
+    executions: Option<ExecutionCounter>,
+}
+
+/// A file's bytes, checked against the claim's digest.
+struct Checked {
+    path: PathBuf,
+    bytes: Vec<u8>,
+}
+
+impl Source {
+    fn new(resolver: Arc<dyn PathResolver>) -> Self {
+        Source {
+            resolver,
+            executions: None,
+        }
+    }
+
+    /// Step 1: every run counts, including those that refuse their inputs.
+    fn count(&self) {
+        if let Some(executions) = &self.executions {
+            executions.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Steps 2 and 3 of the module documentation.
+    async fn load(&self, job: &Job) -> Result<Checked, TaskError> {
+        let Some(media) = job.media_id() else {
+            return Err(TaskError::terminal(format!(
+                "{} runs on a media item, but this claim names none",
+                job.kind()
+            )));
+        };
+        let expected = expected_sha256(job.inputs())?;
+        let path = self.resolver.resolve(media).await?;
+        job.checkpoint()?;
+        let reading = path.clone();
+        let (bytes, actual) = off_thread(job, move || {
+            let bytes = std::fs::read(&reading)?;
+            let actual = sha256_hex(&bytes);
+            Ok::<_, std::io::Error>((bytes, actual))
+        })
+        .await?
+        .map_err(|error| TaskError::retryable(format!("reading {}: {error}", path.display())))?;
+        if !actual.eq_ignore_ascii_case(&expected) {
+            return Err(TaskError::retryable(format!(
+                "content changed since this revision was requested: expected {DIGEST_PREFIX}{expected}, \
+                 the file now has {DIGEST_PREFIX}{actual} (file {}); a new scan requests a revision for it",
+                path.display()
+            )));
+        }
+        job.checkpoint()?;
+        Ok(Checked { path, bytes })
+    }
+}
+
+/// The hex SHA-256 the claim's `content_digest` names (`sha256:<hex>`, or
+/// bare hex).
+fn expected_sha256(inputs: &Value) -> Result<String, TaskError> {
+    let Some(digest) = inputs.get("content_digest").and_then(Value::as_str) else {
+        return Err(TaskError::terminal(
+            "the claim has no content_digest input to check the file against",
+        ));
+    };
+    let hex = digest.strip_prefix(DIGEST_PREFIX).unwrap_or(digest);
+    if hex.len() != 64 || !hex.bytes().all(|byte| byte.is_ascii_hexdigit()) {
+        return Err(TaskError::terminal(format!(
+            "content_digest {digest:?} is not a SHA-256 digest ({DIGEST_PREFIX}<64 hex digits>), \
+             so the file cannot be checked against it"
+        )));
+    }
+    Ok(hex.to_ascii_lowercase())
+}
+
+/// Runs blocking work on tokio's blocking pool; returns early with
+/// [`TaskError::Stopped`] if the job is told to stop meanwhile (the work
+/// finishes in the background and its result is dropped).
+async fn off_thread<T, F>(job: &Job, work: F) -> Result<T, TaskError>
+where
+    T: Send + 'static,
+    F: FnOnce() -> T + Send + 'static,
+{
+    let stopped = job.cancelled();
+    let handle = tokio::task::spawn_blocking(work);
+    tokio::select! {
+        joined = handle => joined.map_err(|error| TaskError::retryable(format!("image work did not finish: {error}"))),
+        reason = stopped => Err(TaskError::Stopped(reason)),
+    }
+}
+
+/// A media error as a task error, naming the file: I/O is retryable,
+/// everything else terminal.
+fn task_error(error: MediaError, path: &Path) -> TaskError {
+    let message = format!("{error} (file {})", path.display());
+    if error.is_retryable() {
+        TaskError::Retryable(message)
+    } else {
+        TaskError::Terminal(message)
+    }
+}
+
+/// The `metadata` kind: `{"format", "width", "height", "byte_size"}`.
+///
+/// By default it decodes every pixel, so a file truncated after its header
+/// fails here (terminal) like it does in the other image tasks, instead of
+/// reporting dimensions for pixels that are not there.
+/// [`MetadataTask::header_only`] trades that check for speed.
+#[derive(Clone)]
+pub struct MetadataTask {
+    source: Source,
+    full_decode: bool,
+}
+
+impl MetadataTask {
+    /// The `extractor` input this implementation answers to (absent means
+    /// this one too).
+    pub const EXTRACTOR: &'static str = "image";
+
+    pub fn new(resolver: Arc<dyn PathResolver>) -> Self {
+        MetadataTask {
+            source: Source::new(resolver),
+            full_decode: true,
+        }
+    }
+
+    pub fn with_counter(mut self, executions: ExecutionCounter) -> Self {
+        self.source.executions = Some(executions);
+        self
+    }
+
+    /// Reads only the header: faster, but a truncated file passes.
+    pub fn header_only(mut self) -> Self {
+        self.full_decode = false;
+        self
+    }
+}
+
+impl Task for MetadataTask {
+    fn kind(&self) -> &'static str {
+        "metadata"
+    }
+
+    async fn run(&self, job: &mut Job) -> Result<Outcome, TaskError> {
+        self.source.count();
+        let extractor = job.inputs().get("extractor").and_then(Value::as_str);
+        if let Some(extractor) = extractor.filter(|name| *name != Self::EXTRACTOR) {
+            return Err(TaskError::terminal(format!(
+                "this worker's metadata extractor is {:?}, the claim asks for {extractor:?}",
+                Self::EXTRACTOR
+            )));
+        }
+        let Checked { path, bytes } = self.source.load(job).await?;
+        let full_decode = self.full_decode;
+        let metadata = off_thread(job, move || {
+            if full_decode {
+                decode_image(&bytes).map(|decoded| decoded.metadata())
+            } else {
+                image_metadata(&bytes)
+            }
+        })
+        .await?
+        .map_err(|error| task_error(error, &path))?;
+        Ok(Outcome::output(json!({
+            "format": metadata.format,
+            "width": metadata.width,
+            "height": metadata.height,
+            "byte_size": metadata.byte_size,
+        })))
+    }
+}
+
+/// The `thumbnail` kind: longest side `max_side`, aspect kept, never
+/// upscaled, encoded as `format` (`png` or `jpeg`), written to
+/// `<thumbnails_dir>/<revision>.<png|jpg>` through the job's fenced output
+/// (a temporary file renamed into place only while the claim still holds,
+/// so an old claim never overwrites a newer thumbnail). Output:
+/// `{"path", "width", "height"}`.
+#[derive(Clone)]
+pub struct ThumbnailTask {
+    source: Source,
+    thumbnails_dir: PathBuf,
+}
+
+impl ThumbnailTask {
+    /// `thumbnails_dir` is created when the first thumbnail is written.
+    pub fn new(resolver: Arc<dyn PathResolver>, thumbnails_dir: impl Into<PathBuf>) -> Self {
+        ThumbnailTask {
+            source: Source::new(resolver),
+            thumbnails_dir: thumbnails_dir.into(),
+        }
+    }
+
+    pub fn with_counter(mut self, executions: ExecutionCounter) -> Self {
+        self.source.executions = Some(executions);
+        self
+    }
+
+    /// Where the thumbnail of `revision` goes.
+    pub fn path_for(&self, revision: &str, format: ThumbnailFormat) -> PathBuf {
+        self.thumbnails_dir.join(format!("{revision}.{}", format.extension()))
+    }
+}
+
+/// `max_side` and `format` from a thumbnail claim's inputs.
+fn thumbnail_inputs(inputs: &Value) -> Result<(u32, ThumbnailFormat), TaskError> {
+    let max_side = inputs.get("max_side").and_then(|value| {
+        value.as_u64().or_else(|| {
+            value
+                .as_f64()
+                .filter(|side| side.fract() == 0.0 && *side >= 0.0)
+                .map(|side| side as u64)
+        })
+    });
+    let max_side = match max_side {
+        Some(side) if (1..=u64::from(MAX_THUMBNAIL_SIDE)).contains(&side) => side as u32,
+        _ => {
+            return Err(TaskError::terminal(format!(
+                "thumbnail max_side must be a whole number from 1 to {MAX_THUMBNAIL_SIDE}, not {}",
+                inputs.get("max_side").unwrap_or(&Value::Null)
+            )))
+        }
+    };
+    let format = inputs.get("format").and_then(Value::as_str).unwrap_or("");
+    let format = ThumbnailFormat::parse(format).map_err(|error| TaskError::terminal(error.to_string()))?;
+    Ok((max_side, format))
+}
+
+impl Task for ThumbnailTask {
+    fn kind(&self) -> &'static str {
+        "thumbnail"
+    }
+
+    async fn run(&self, job: &mut Job) -> Result<Outcome, TaskError> {
+        self.source.count();
+        let (max_side, format) = thumbnail_inputs(job.inputs())?;
+        let Checked { path, bytes } = self.source.load(job).await?;
+        let (encoded, width, height) = off_thread(job, move || {
+            let decoded = decode_image(&bytes)?;
+            let small = thumbnail(&decoded.image, max_side)?;
+            let encoded = encode_image(&small, format)?;
+            Ok::<_, MediaError>((encoded, small.width(), small.height()))
+        })
+        .await?
+        .map_err(|error| task_error(error, &path))?;
+
+        let final_path = self.path_for(job.revision(), format);
+        let temporary = job.output_path_for(&final_path)?;
+        let (directory, writing) = (self.thumbnails_dir.clone(), temporary.clone());
+        off_thread(job, move || {
+            std::fs::create_dir_all(&directory)?;
+            std::fs::write(&writing, &encoded)
+        })
+        .await?
+        .map_err(|error| TaskError::retryable(format!("writing thumbnail {}: {error}", temporary.display())))?;
+        job.commit_output(&temporary, &final_path).await?;
+        Ok(Outcome::output(json!({
+            "path": final_path.to_string_lossy(),
+            "width": width,
+            "height": height,
+        })))
+    }
+}
+
+/// The `perceptual_hash` kind: a 64-bit dHash (the algorithm is in
+/// [`mod@crate::dhash`]). `algorithm` must be `dhash` or `dhash64`. Output:
+/// `{"algorithm": "dhash64", "hash": "<16 hex digits>"}`.
+#[derive(Clone)]
+pub struct PerceptualHashTask {
+    source: Source,
+}
+
+impl PerceptualHashTask {
+    pub fn new(resolver: Arc<dyn PathResolver>) -> Self {
+        PerceptualHashTask {
+            source: Source::new(resolver),
+        }
+    }
+
+    pub fn with_counter(mut self, executions: ExecutionCounter) -> Self {
+        self.source.executions = Some(executions);
+        self
+    }
+}
+
+impl Task for PerceptualHashTask {
+    fn kind(&self) -> &'static str {
+        "perceptual_hash"
+    }
+
+    async fn run(&self, job: &mut Job) -> Result<Outcome, TaskError> {
+        self.source.count();
+        let algorithm = job.inputs().get("algorithm").and_then(Value::as_str).unwrap_or("");
+        if !matches!(algorithm.to_ascii_lowercase().as_str(), "dhash" | "dhash64") {
+            return Err(TaskError::terminal(format!(
+                "perceptual_hash computes {DHASH_ALGORITHM:?} (algorithm \"dhash\" or \"dhash64\"), not {algorithm:?}"
+            )));
+        }
+        let Checked { path, bytes } = self.source.load(job).await?;
+        let hash = off_thread(job, move || decode_image(&bytes).map(|decoded| dhash(&decoded.image)))
+            .await?
+            .map_err(|error| task_error(error, &path))?;
+        Ok(Outcome::output(json!({
+            "algorithm": DHASH_ALGORITHM,
+            "hash": hash.to_string(),
+        })))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn digests_are_read_with_or_without_their_prefix() {
+        let hex = "BA7816BF8F01CFEA414140DE5DAE2223B00361A396177A9CB410FF61F20015AD";
+        let lower = hex.to_ascii_lowercase();
+        assert_eq!(expected_sha256(&json!({"content_digest": hex})).unwrap(), lower);
+        assert_eq!(
+            expected_sha256(&json!({"content_digest": format!("sha256:{lower}")})).unwrap(),
+            lower
+        );
+        for refused in [
+            json!({}),
+            json!({"content_digest": "md5:abc"}),
+            json!({"content_digest": 7}),
+        ] {
+            assert!(
+                matches!(expected_sha256(&refused), Err(TaskError::Terminal(_))),
+                "{refused}"
+            );
+        }
+    }
+
+    #[test]
+    fn thumbnail_inputs_are_checked() {
+        assert_eq!(
+            thumbnail_inputs(&json!({"max_side": 256, "format": "png"})).unwrap(),
+            (256, ThumbnailFormat::Png)
+        );
+        assert_eq!(
+            thumbnail_inputs(&json!({"max_side": 128.0, "format": "JPG"})).unwrap(),
+            (128, ThumbnailFormat::Jpeg)
+        );
+        for refused in [
+            json!({"max_side": 0, "format": "png"}),
+            json!({"max_side": 25600, "format": "png"}),
+            json!({"max_side": 12.5, "format": "png"}),
+            json!({"max_side": 256, "format": "tiff"}),
+            json!({"max_side": 256}),
+        ] {
+            assert!(
+                matches!(thumbnail_inputs(&refused), Err(TaskError::Terminal(_))),
+                "{refused}"
+            );
+        }
+    }
+}
