@@ -23,6 +23,11 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Ingest a folder of images: every file through its stages, its image
+    /// tasks run by local workers; a second run does only what changed.
+    Ingest(IngestArgs),
+    /// Write a folder of generated sample images (and, optionally, corrupt files).
+    SampleMedia(SampleMediaArgs),
     /// Operations by status, media counts, projection positions and lag.
     Status,
     /// An operation's events in order, with actor, time and cause.
@@ -388,4 +393,34 @@ pub struct ResolveArgs {
     /// Why: recorded with the action.
     #[arg(long, default_value = "")]
     pub reason: String,
+}
+
+#[derive(Debug, Args)]
+pub struct IngestArgs {
+    /// The folder to ingest (walked recursively).
+    pub dir: PathBuf,
+    /// The batch's name (default: `ingest <folder>`).
+    #[arg(long)]
+    pub batch_name: Option<String>,
+    /// Local workers running the image tasks (default: the number of cores).
+    #[arg(long)]
+    pub workers: Option<usize>,
+    /// How long a file must stay unchanged before it is read, in milliseconds.
+    #[arg(long, default_value_t = 500)]
+    pub settle_ms: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct SampleMediaArgs {
+    /// The folder to write into (created if missing).
+    pub dir: PathBuf,
+    /// How many images.
+    #[arg(long, default_value_t = 24)]
+    pub count: usize,
+    /// How many corrupt files besides (a truncated PNG, a text file named .jpg, an empty .png).
+    #[arg(long, default_value_t = 0)]
+    pub corrupt: usize,
+    /// The same seed writes the same images.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
 }

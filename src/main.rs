@@ -13,6 +13,7 @@
 mod batch;
 mod bench;
 mod cli;
+mod ingest;
 mod output;
 mod task;
 
@@ -117,6 +118,10 @@ async fn run(cli: Cli) -> anyhow::Result<Outcome> {
             bench::run(&cli.database_url, args).await?;
             return Ok(Outcome::Ok);
         }
+        Command::SampleMedia(args) => {
+            ingest::sample_media(args, cli.json)?;
+            return Ok(Outcome::Ok);
+        }
         _ => {}
     }
     if cli.database_url.starts_with("postgres://") || cli.database_url.starts_with("postgresql://") {
@@ -201,7 +206,12 @@ async fn dispatch<S: Store>(store: S, cli: &Cli) -> anyhow::Result<Outcome> {
         Command::Batch { command } => batch::batch(&engine, command, cli.json).await?,
         Command::Review { command } => batch::review(&engine, command, cli.json).await?,
         Command::Capabilities { media } => batch::capabilities(&engine, *media, cli.json).await?,
-        Command::Bench(_) | Command::Docs { .. } => unreachable!("handled before opening a database"),
+        Command::Ingest(args) => {
+            ingest::run(&engine, args, &cli.database_url, cli.json).await?;
+        }
+        Command::Bench(_) | Command::Docs { .. } | Command::SampleMedia(_) => {
+            unreachable!("handled before opening a database")
+        }
     }
     Ok(Outcome::Ok)
 }

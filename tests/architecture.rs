@@ -305,6 +305,7 @@ fn only_backend_crates_depend_on_database_drivers() {
         "opledger-engine",
         "opledger-worker",
         "opledger-media",
+        "opledger-ingest",
     ] {
         let closure = library_dependency_closure(member);
         for forbidden in [

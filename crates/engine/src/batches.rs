@@ -149,7 +149,8 @@ impl<S: Store> Engine<S> {
 
     /// Creates a batch over operations that exist (an ingest run's file
     /// operations), in one transaction. Items already settled settle in the
-    /// batch at once with their own outcome.
+    /// batch at once: with their own outcome, or, with `done_is_skipped`,
+    /// a success as `skipped` (an unchanged file the run did not process).
     pub async fn create_batch_over(
         &self,
         context: &CommandContext,
@@ -157,6 +158,7 @@ impl<S: Store> Engine<S> {
         name: &str,
         batch_kind: &str,
         items: Vec<BatchItemSpec>,
+        done_is_skipped: bool,
     ) -> Result<BatchView, EngineError> {
         let name = name.trim().to_string();
         if name.is_empty() {
@@ -180,7 +182,7 @@ impl<S: Store> Engine<S> {
                     }
                     let append = batch_creation(&stamp, batch_id, name, &batch_kind, Vec::new(), items);
                     commit_appends(tx, &mut rows, vec![append]).await?;
-                    settle_untouched(tx, &mut rows, &stamp, batch_id, &operation_ids, false).await?;
+                    settle_untouched(tx, &mut rows, &stamp, batch_id, &operation_ids, done_is_skipped).await?;
                     Ok::<_, EngineError>(())
                 })
             })
@@ -401,7 +403,7 @@ fn non_empty(reason: &str, default: &str) -> String {
 
 /// The inputs of one kind in a batch: the kind's defaults, overridden by
 /// what the caller gave.
-fn inputs_with_defaults(kind: &str, given: Option<&Value>) -> Result<Value, EngineError> {
+pub(crate) fn inputs_with_defaults(kind: &str, given: Option<&Value>) -> Result<Value, EngineError> {
     let spec = task_kind(kind)?;
     let mut inputs: Map<String, Value> = match serde_json::from_str(spec.defaults) {
         Ok(Value::Object(defaults)) => defaults,

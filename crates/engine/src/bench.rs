@@ -55,7 +55,7 @@ impl LifecycleWorkload {
             0x6d65_6469_6100_0000_0000_0000_0000_0000 | u128::from(media_index),
         ));
         let correlation = format!("bench-batch-{media_index}");
-        if item % (OPERATIONS_PER_MEDIA + 1) == 0 {
+        if item.is_multiple_of(OPERATIONS_PER_MEDIA + 1) {
             let event = Event::MediaRegistered(MediaRegistered {
                 media_id,
                 path: format!("/library/photos/{media_index:08}.jpg"),

@@ -16,6 +16,7 @@ mod clock;
 mod commands;
 mod error;
 mod fold;
+mod ingestion;
 mod queries;
 mod replay;
 mod review;
@@ -27,6 +28,7 @@ pub use clock::{Clock, FixedClock, FixedJitter, Ids, Jitter, RandomJitter, Seque
 pub use commands::{CommandContext, NewOperation, MAX_LEASE_MS};
 pub use error::EngineError;
 pub use fold::{fold_events, FOLD_CHUNK};
+pub use ingestion::{FileObservation, IngestionClaim, Registered, Registration};
 pub use opledger_domain::work::{Completion, Fence};
 pub use queries::{BatchSummary, ProjectionLag, StatusReport};
 pub use replay::{ReplayStats, VerifyReport};

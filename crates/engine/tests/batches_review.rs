@@ -521,7 +521,7 @@ pub async fn duplicate_and_repeated_inputs_do_not_inflate_progress<B: Backend>(b
     let ingest_batch = BatchId(uuid::Uuid::from_u128(0xba7c));
     let view = lab
         .engine
-        .create_batch_over(&lab.context, ingest_batch, "ingest", "ingestion", items)
+        .create_batch_over(&lab.context, ingest_batch, "ingest", "ingestion", items, false)
         .await
         .unwrap();
     assert_eq!(counts(&view.batch), (3, 0, 0, 0, 0, 0, 3));

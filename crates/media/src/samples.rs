@@ -208,7 +208,7 @@ fn draw(rng: &mut SplitMix64, width: u32, height: u32) -> RgbImage {
             let cell = rng.between(8, 64);
             let (ox, oy) = (rng.below(cell), rng.below(cell));
             RgbImage::from_fn(width, height, |x, y| {
-                if ((x + ox) / cell + (y + oy) / cell) % 2 == 0 {
+                if ((x + ox) / cell + (y + oy) / cell).is_multiple_of(2) {
                     Rgb(a)
                 } else {
                     Rgb(b)

@@ -1,0 +1,679 @@
+//! File ingestion commands (`ingestion.file` operations): start many
+//! ingestions at once, move them through their stages, register what they
+//! found and request its tasks, finish them, and record files that are gone.
+//!
+//! Each command is one transaction over many files, because an ingest of a
+//! folder moves thousands of files through the same steps and the writer's
+//! fixed cost per transaction would otherwise dominate; every stage change
+//! is still its own event on the file's timeline. The decisions are the
+//! domain's (`decide_operation` and the transition table), applied in
+//! sequence to a copy of each operation's row.
+
+use crate::batches::inputs_with_defaults;
+use crate::commands::{commit_appends, CommandContext, Stamp};
+use crate::error::EngineError;
+use crate::work::{request_in_tx, TaskRequest, TaskTarget};
+use crate::Engine;
+use opledger_domain::decide::{decide_operation, OperationCommand};
+use opledger_domain::events::{Event, MediaRegistered, MediaUpdated, OperationCreated, OperationTarget};
+use opledger_domain::projections::{
+    media_key, operation_key, Cell, MediaRow, OperationRow, ProcessingStateRow, Row, WorkingSet, INGESTION_FILE,
+    MEDIA_STATES_TABLE, MEDIA_TABLE, OPERATIONS_TABLE,
+};
+use opledger_domain::transitions;
+use opledger_domain::{Cause, IngestionStage, MediaId, OperationId, OperationStatus, StreamId, Timestamp};
+use opledger_store::{ExpectedVersion, RowTarget, Store, StreamAppend, WriteTx};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+
+/// What an ingest saw of a file when it found it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileObservation {
+    pub path: String,
+    pub byte_size: i64,
+    /// Modification time, nanoseconds since the epoch.
+    pub modified_ns: i64,
+}
+
+impl FileObservation {
+    /// The inputs an ingestion operation records: what a later run compares
+    /// to tell an unchanged file from a changed one.
+    pub fn inputs(&self) -> Value {
+        json!({"path": self.path, "byte_size": self.byte_size, "modified_ns": self.modified_ns})
+    }
+}
+
+/// An ingestion this process holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IngestionClaim {
+    pub operation_id: OperationId,
+    pub path: String,
+    pub claim_token: String,
+    /// The stage it is at (a resumed ingestion continues from there).
+    pub stage: IngestionStage,
+}
+
+/// One file found to be what an ingestion registers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Registration {
+    pub claim: IngestionClaim,
+    /// `sha256:<hex>`.
+    pub content_digest: String,
+    pub byte_size: i64,
+    /// `image` when the header names an image format, else `unknown` (its
+    /// image tasks then fail with the decoder's reason).
+    pub media_kind: String,
+    /// What parsing found (format, dimensions), for the timeline.
+    pub parsed: Value,
+}
+
+/// What registering a file did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Registered {
+    pub operation_id: OperationId,
+    pub media_id: MediaId,
+    /// The media item is new (not updated).
+    pub new_media: bool,
+    /// Task operations whose revision was requested now (new work).
+    pub tasks_requested: usize,
+    /// Of those, task operations created now (the item's first request of
+    /// the kind).
+    pub tasks_created: usize,
+    /// The item's task operations, one per requested kind.
+    pub task_operations: Vec<OperationId>,
+}
+
+/// A step in a chain of decisions about one operation: the row as the
+/// chain leaves it, and the events so far.
+struct Chain {
+    row: OperationRow,
+    events: Vec<Event>,
+}
+
+impl Chain {
+    fn new(row: OperationRow) -> Self {
+        Chain {
+            row,
+            events: Vec::new(),
+        }
+    }
+
+    /// Decides `command` on the row as the previous decisions left it.
+    fn then(&mut self, command: OperationCommand) -> Result<(), EngineError> {
+        let event = decide_operation(&self.row, command)?;
+        if let Some(cause) = event.cause() {
+            self.row.status = transitions::transition(self.row.status, cause)?;
+        }
+        match &event {
+            Event::OperationClaimed(claimed) => self.row.claim_token = Some(claimed.claim_token.clone()),
+            Event::OperationStageChanged(changed) => self.row.stage = Some(changed.stage),
+            _ if !self.row.status.is_claimed() => self.row.claim_token = None,
+            _ => {}
+        }
+        self.events.push(event);
+        Ok(())
+    }
+
+    /// Moves to each of `stages` that is later than the current stage.
+    fn stages(&mut self, stages: &[IngestionStage]) -> Result<(), EngineError> {
+        for stage in stages {
+            if self.row.stage.is_none_or(|current| stage.rank() > current.rank()) {
+                self.then(OperationCommand::ChangeStage { stage: *stage })?;
+            }
+        }
+        Ok(())
+    }
+
+    fn append(self, stamp: &Stamp) -> Option<StreamAppend> {
+        (!self.events.is_empty()).then(|| StreamAppend {
+            stream_id: StreamId::operation(self.row.operation_id),
+            expected: ExpectedVersion::Exactly(self.row.version),
+            events: self.events.into_iter().map(|event| stamp.event(event)).collect(),
+        })
+    }
+}
+
+impl<S: Store> Engine<S> {
+    /// Every `ingestion.file` operation, by path (the latest per path).
+    pub async fn ingestions_by_path(&self) -> Result<BTreeMap<String, OperationRow>, EngineError> {
+        let mut latest: BTreeMap<String, OperationRow> = BTreeMap::new();
+        for row in self
+            .store
+            .find_rows(
+                &OPERATIONS_TABLE,
+                &[("kind", Cell::Text(INGESTION_FILE.to_string()))],
+                usize::MAX,
+            )
+            .await?
+        {
+            let Row::Operation(operation) = row else { continue };
+            let Some(path) = operation.path.clone() else { continue };
+            match latest.get(&path) {
+                Some(known)
+                    if (known.created_at, known.operation_id) >= (operation.created_at, operation.operation_id) => {}
+                _ => {
+                    latest.insert(path, operation);
+                }
+            }
+        }
+        Ok(latest)
+    }
+
+    /// Every media item, by path.
+    pub async fn media_by_path(&self) -> Result<BTreeMap<String, MediaRow>, EngineError> {
+        Ok(self
+            .store
+            .scan_table(&MEDIA_TABLE)
+            .await?
+            .into_iter()
+            .filter_map(|row| match row {
+                Row::Media(media) => Some((media.path.clone(), media)),
+                _ => None,
+            })
+            .collect())
+    }
+
+    /// The processing states of these task operations (absent ones are
+    /// missing from the answer).
+    pub async fn media_task_states(&self, operations: &[OperationId]) -> Result<Vec<ProcessingStateRow>, EngineError> {
+        let mut states = Vec::with_capacity(operations.len());
+        for chunk in operations.chunks(500) {
+            let keys: Vec<String> = chunk.iter().map(|id| id.to_string()).collect();
+            for row in self.store.load_rows(&MEDIA_STATES_TABLE, &keys).await? {
+                if let Row::ProcessingState(state) = row {
+                    states.push(state);
+                }
+            }
+        }
+        Ok(states)
+    }
+
+    /// Starts ingestions, all in one transaction: a new operation for each
+    /// of `new` (created, claimed by `worker`, started, at stage
+    /// `settling`), and each of `resume` taken over from a process that
+    /// died (its claim interrupted and requeued, then claimed again,
+    /// continuing from its stage). The caller must know the previous holder
+    /// is dead (the ingest lock tells it).
+    pub async fn begin_ingestions(
+        &self,
+        context: &CommandContext,
+        worker: &str,
+        lease_ms: i64,
+        new: Vec<FileObservation>,
+        resume: Vec<OperationId>,
+    ) -> Result<Vec<IngestionClaim>, EngineError> {
+        let now = self.clock.now();
+        let lease_expires_at = now.plus_millis(lease_ms);
+        let fresh: Vec<(FileObservation, OperationId, String)> = new
+            .into_iter()
+            .map(|file| (file, OperationId(self.ids.next()), self.ids.next().to_string()))
+            .collect();
+        let resumed: Vec<(OperationId, String)> = resume
+            .into_iter()
+            .map(|operation_id| (operation_id, self.ids.next().to_string()))
+            .collect();
+        let worker = worker.to_string();
+        let stamp = self.stamp(context);
+        self.store
+            .write(move |tx: &mut S::Tx| {
+                Box::pin(async move {
+                    let mut rows = WorkingSet::default();
+                    let mut appends = Vec::new();
+                    let mut claims = Vec::new();
+                    for (file, operation_id, claim_token) in fresh {
+                        let created = Event::OperationCreated(OperationCreated {
+                            operation_id,
+                            kind: INGESTION_FILE.to_string(),
+                            target: OperationTarget {
+                                media_id: None,
+                                region_id: None,
+                                path: Some(file.path.clone()),
+                            },
+                            revision: None,
+                            inputs: file.inputs(),
+                            status: OperationStatus::Queued,
+                            priority: 0,
+                            task_version: None,
+                        });
+                        let mut chain = Chain::new(new_ingestion_row(operation_id, &file, now));
+                        chain.events.push(created);
+                        claim_chain(&mut chain, &claim_token, &worker, lease_expires_at)?;
+                        let mut append = chain.append(&stamp).expect("a new ingestion has events");
+                        append.expected = ExpectedVersion::NoStream;
+                        appends.push(append);
+                        claims.push(IngestionClaim {
+                            operation_id,
+                            path: file.path,
+                            claim_token,
+                            stage: IngestionStage::Settling,
+                        });
+                    }
+                    let keys: Vec<String> = resumed.iter().map(|(id, _)| operation_key(*id).key).collect();
+                    let loaded = if keys.is_empty() {
+                        Vec::new()
+                    } else {
+                        tx.load_rows(&OPERATIONS_TABLE, &keys).await?
+                    };
+                    let loaded: BTreeMap<OperationId, OperationRow> = loaded
+                        .into_iter()
+                        .filter_map(|row| match row {
+                            Row::Operation(operation) => Some((operation.operation_id, operation)),
+                            _ => None,
+                        })
+                        .collect();
+                    for (operation_id, claim_token) in resumed {
+                        let row = loaded
+                            .get(&operation_id)
+                            .cloned()
+                            .ok_or_else(|| EngineError::not_found("operation", operation_id))?;
+                        if row.kind != INGESTION_FILE {
+                            return Err(EngineError::invalid(format!("{operation_id} is not a file ingestion")));
+                        }
+                        let path = row.path.clone().unwrap_or_default();
+                        let mut chain = Chain::new(row);
+                        if chain.row.status.is_claimed() {
+                            chain.then(OperationCommand::Interrupt {
+                                reason: "the ingest process holding it died".into(),
+                            })?;
+                            chain.then(OperationCommand::Transition {
+                                cause: Cause::Requeue,
+                                reason: "resumed by the next ingest".into(),
+                            })?;
+                        }
+                        claim_chain(&mut chain, &claim_token, &worker, lease_expires_at)?;
+                        let stage = chain.row.stage.unwrap_or(IngestionStage::Settling);
+                        appends.extend(chain.append(&stamp));
+                        claims.push(IngestionClaim {
+                            operation_id,
+                            path,
+                            claim_token,
+                            stage,
+                        });
+                    }
+                    if !appends.is_empty() {
+                        commit_appends(tx, &mut rows, appends).await?;
+                    }
+                    Ok::<_, EngineError>(claims)
+                })
+            })
+            .await
+    }
+
+    /// Moves held ingestions to a stage (each only forward), in one
+    /// transaction.
+    pub async fn ingestion_stage(
+        &self,
+        context: &CommandContext,
+        claims: &[IngestionClaim],
+        stage: IngestionStage,
+    ) -> Result<(), EngineError> {
+        let ids: Vec<OperationId> = claims.iter().map(|claim| claim.operation_id).collect();
+        let stamp = self.stamp(context);
+        self.store
+            .write(move |tx: &mut S::Tx| {
+                Box::pin(async move {
+                    let mut rows = WorkingSet::default();
+                    let mut appends = Vec::new();
+                    for row in load_ingestions(tx, &ids).await? {
+                        let mut chain = Chain::new(row);
+                        chain.stages(&[stage])?;
+                        appends.extend(chain.append(&stamp));
+                    }
+                    if !appends.is_empty() {
+                        commit_appends(tx, &mut rows, appends).await?;
+                    }
+                    Ok::<_, EngineError>(())
+                })
+            })
+            .await
+    }
+
+    /// Registers what held ingestions found, in one transaction: stages
+    /// `parsing` and `registered` on each file's timeline, the media item
+    /// registered (or updated with its new digest and size), and `kinds`
+    /// requested on it at their default inputs (a revision already
+    /// requested or done is not requested again).
+    pub async fn register_ingestions(
+        &self,
+        context: &CommandContext,
+        registrations: Vec<Registration>,
+        kinds: &[&str],
+    ) -> Result<Vec<Registered>, EngineError> {
+        let existing = self
+            .media_by_paths(registrations.iter().map(|item| item.claim.path.clone()).collect())
+            .await?;
+        let mut planned = Vec::with_capacity(registrations.len());
+        let mut requests = Vec::new();
+        for registration in registrations {
+            let (media_id, new_media) = match existing.get(&registration.claim.path) {
+                Some(media) => (media.media_id, false),
+                None => (MediaId(self.ids.next()), true),
+            };
+            for kind in kinds {
+                requests.push(TaskRequest {
+                    target: TaskTarget::Media(media_id),
+                    kind: kind.to_string(),
+                    inputs: inputs_with_defaults(kind, None)?,
+                    priority: 0,
+                });
+            }
+            planned.push((registration, media_id, new_media));
+        }
+        let prepared = self.prepare_requests(requests);
+        // The id each request's task would get if it is new.
+        let new_ids: Vec<Option<OperationId>> = prepared
+            .iter()
+            .map(|item| item.as_ref().ok().map(|(_, _, _, operation_id)| *operation_id))
+            .collect();
+        let per_file = kinds.len();
+        let stamp = self.stamp(context);
+        self.store
+            .write(move |tx: &mut S::Tx| {
+                Box::pin(async move {
+                    let mut rows = WorkingSet::default();
+                    let ids: Vec<OperationId> = planned.iter().map(|(item, _, _)| item.claim.operation_id).collect();
+                    let operations: BTreeMap<OperationId, OperationRow> = load_ingestions(tx, &ids)
+                        .await?
+                        .into_iter()
+                        .map(|row| (row.operation_id, row))
+                        .collect();
+                    let media_keys: Vec<String> = planned
+                        .iter()
+                        .filter(|(_, _, new_media)| !*new_media)
+                        .map(|(_, media_id, _)| media_key(*media_id).key)
+                        .collect();
+                    let media: BTreeMap<MediaId, MediaRow> = if media_keys.is_empty() {
+                        BTreeMap::new()
+                    } else {
+                        tx.load_rows(&MEDIA_TABLE, &media_keys)
+                            .await?
+                            .into_iter()
+                            .filter_map(|row| match row {
+                                Row::Media(item) => Some((item.media_id, item)),
+                                _ => None,
+                            })
+                            .collect()
+                    };
+                    let mut appends = Vec::new();
+                    for (item, media_id, new_media) in &planned {
+                        let row = operations
+                            .get(&item.claim.operation_id)
+                            .cloned()
+                            .ok_or_else(|| EngineError::not_found("operation", item.claim.operation_id))?;
+                        if row.claim_token.as_deref() != Some(item.claim.claim_token.as_str()) {
+                            return Err(EngineError::Domain(opledger_domain::DomainError::Conflict(format!(
+                                "ingestion {} is no longer held by this ingest",
+                                item.claim.operation_id
+                            ))));
+                        }
+                        let mut chain = Chain::new(row);
+                        chain.stages(&[IngestionStage::Parsing])?;
+                        chain.then(OperationCommand::Progress {
+                            claim_token: item.claim.claim_token.clone(),
+                            phase: format!("parsed: {}", item.parsed),
+                            processed: 1,
+                            total: Some(1),
+                        })?;
+                        chain.stages(&[IngestionStage::Registered])?;
+                        appends.extend(chain.append(&stamp));
+                        let media_event = if *new_media {
+                            Some(Event::MediaRegistered(MediaRegistered {
+                                media_id: *media_id,
+                                path: item.claim.path.clone(),
+                                media_kind: item.media_kind.clone(),
+                                content_digest: Some(item.content_digest.clone()),
+                                byte_size: Some(item.byte_size),
+                            }))
+                        } else {
+                            let known = media
+                                .get(media_id)
+                                .ok_or_else(|| EngineError::not_found("media", media_id))?;
+                            (known.content_digest.as_deref() != Some(item.content_digest.as_str())
+                                || known.byte_size != Some(item.byte_size))
+                            .then(|| {
+                                Event::MediaUpdated(MediaUpdated {
+                                    media_id: *media_id,
+                                    path: item.claim.path.clone(),
+                                    content_digest: Some(item.content_digest.clone()),
+                                    byte_size: Some(item.byte_size),
+                                })
+                            })
+                        };
+                        if let Some(event) = media_event {
+                            appends.push(StreamAppend {
+                                stream_id: StreamId::media(*media_id),
+                                expected: if *new_media {
+                                    ExpectedVersion::NoStream
+                                } else {
+                                    ExpectedVersion::Any
+                                },
+                                events: vec![stamp.event(event)],
+                            });
+                        }
+                    }
+                    if !appends.is_empty() {
+                        commit_appends(tx, &mut rows, appends).await?;
+                    }
+                    // The media rows are written: the requests read them.
+                    let mut rows = WorkingSet::default();
+                    let (answers, task_appends) = request_in_tx(tx, &mut rows, prepared, &stamp).await?;
+                    let mut outcomes = Vec::with_capacity(planned.len());
+                    let mut answers = answers.into_iter().zip(new_ids);
+                    for (item, media_id, new_media) in &planned {
+                        let mut tasks_requested = 0;
+                        let mut tasks_created = 0;
+                        let mut task_operations = Vec::with_capacity(per_file);
+                        for _ in 0..per_file {
+                            let (answer, new_id) = answers.next().expect("one answer per request");
+                            let answer = answer?;
+                            if answer.created {
+                                tasks_requested += 1;
+                                if Some(answer.operation_id) == new_id {
+                                    tasks_created += 1;
+                                }
+                            }
+                            task_operations.push(answer.operation_id);
+                        }
+                        outcomes.push(Registered {
+                            operation_id: item.claim.operation_id,
+                            media_id: *media_id,
+                            new_media: *new_media,
+                            tasks_requested,
+                            tasks_created,
+                            task_operations,
+                        });
+                    }
+                    if !task_appends.is_empty() {
+                        commit_appends(tx, &mut rows, task_appends).await?;
+                    }
+                    Ok::<_, EngineError>(outcomes)
+                })
+            })
+            .await
+    }
+
+    /// Finishes held ingestions, in one transaction: stage `completed` and
+    /// `succeeded` with `output`, or `failed_terminal` with the reason.
+    pub async fn finish_ingestions(
+        &self,
+        context: &CommandContext,
+        outcomes: Vec<(IngestionClaim, Result<Value, String>)>,
+    ) -> Result<(), EngineError> {
+        let stamp = self.stamp(context);
+        self.store
+            .write(move |tx: &mut S::Tx| {
+                Box::pin(async move {
+                    let mut rows = WorkingSet::default();
+                    let ids: Vec<OperationId> = outcomes.iter().map(|(claim, _)| claim.operation_id).collect();
+                    let loaded: BTreeMap<OperationId, OperationRow> = load_ingestions(tx, &ids)
+                        .await?
+                        .into_iter()
+                        .map(|row| (row.operation_id, row))
+                        .collect();
+                    let mut appends = Vec::new();
+                    for (claim, outcome) in outcomes {
+                        let row = loaded
+                            .get(&claim.operation_id)
+                            .cloned()
+                            .ok_or_else(|| EngineError::not_found("operation", claim.operation_id))?;
+                        let mut chain = Chain::new(row);
+                        match outcome {
+                            Ok(output) => {
+                                chain.stages(&[IngestionStage::Completed])?;
+                                chain.then(OperationCommand::Succeed {
+                                    claim_token: claim.claim_token.clone(),
+                                    output,
+                                })?;
+                            }
+                            Err(error) => chain.then(OperationCommand::Fail {
+                                claim_token: claim.claim_token.clone(),
+                                error,
+                                retryable: false,
+                            })?,
+                        }
+                        appends.extend(chain.append(&stamp));
+                    }
+                    if !appends.is_empty() {
+                        commit_appends(tx, &mut rows, appends).await?;
+                    }
+                    Ok::<_, EngineError>(())
+                })
+            })
+            .await
+    }
+
+    /// Records files that are gone from disk: for each path, a file
+    /// ingestion confirmed missing (`missing_confirmed`, which the review
+    /// queue routes as `source_missing`). One transaction.
+    pub async fn confirm_missing_files(
+        &self,
+        context: &CommandContext,
+        files: Vec<FileObservation>,
+    ) -> Result<Vec<OperationId>, EngineError> {
+        let now = self.clock.now();
+        let planned: Vec<(FileObservation, OperationId)> = files
+            .into_iter()
+            .map(|file| (file, OperationId(self.ids.next())))
+            .collect();
+        let stamp = self.stamp(context);
+        self.store
+            .write(move |tx: &mut S::Tx| {
+                Box::pin(async move {
+                    let mut rows = WorkingSet::default();
+                    let mut appends = Vec::new();
+                    let mut ids = Vec::new();
+                    for (file, operation_id) in planned {
+                        let mut chain = Chain::new(new_ingestion_row(operation_id, &file, now));
+                        chain.events.push(Event::OperationCreated(OperationCreated {
+                            operation_id,
+                            kind: INGESTION_FILE.to_string(),
+                            target: OperationTarget {
+                                media_id: None,
+                                region_id: None,
+                                path: Some(file.path.clone()),
+                            },
+                            revision: None,
+                            inputs: file.inputs(),
+                            status: OperationStatus::Queued,
+                            priority: 0,
+                            task_version: None,
+                        }));
+                        chain.then(OperationCommand::Transition {
+                            cause: Cause::ConfirmMissing,
+                            reason: format!("{} is gone from disk", file.path),
+                        })?;
+                        let mut append = chain.append(&stamp).expect("events");
+                        append.expected = ExpectedVersion::NoStream;
+                        appends.push(append);
+                        ids.push(operation_id);
+                    }
+                    if !appends.is_empty() {
+                        commit_appends(tx, &mut rows, appends).await?;
+                    }
+                    Ok::<_, EngineError>(ids)
+                })
+            })
+            .await
+    }
+
+    async fn media_by_paths(&self, paths: Vec<String>) -> Result<BTreeMap<String, MediaRow>, EngineError> {
+        let mut found = BTreeMap::new();
+        for path in paths {
+            for row in self
+                .store
+                .find_rows(&MEDIA_TABLE, &[("path", Cell::Text(path.clone()))], 1)
+                .await?
+            {
+                if let Row::Media(media) = row {
+                    found.insert(path.clone(), media);
+                }
+            }
+        }
+        Ok(found)
+    }
+}
+
+fn claim_chain(
+    chain: &mut Chain,
+    claim_token: &str,
+    worker: &str,
+    lease_expires_at: Timestamp,
+) -> Result<(), EngineError> {
+    chain.then(OperationCommand::Claim {
+        claim_token: claim_token.to_string(),
+        worker: worker.to_string(),
+        lease_expires_at,
+    })?;
+    chain.then(OperationCommand::Start {
+        claim_token: claim_token.to_string(),
+    })?;
+    chain.stages(&[IngestionStage::Settling])
+}
+
+/// The row a new ingestion operation's creation produces, for deciding its
+/// next events in the same command.
+fn new_ingestion_row(operation_id: OperationId, file: &FileObservation, now: Timestamp) -> OperationRow {
+    OperationRow {
+        operation_id,
+        kind: INGESTION_FILE.to_string(),
+        media_id: None,
+        region_id: None,
+        path: Some(file.path.clone()),
+        revision: None,
+        inputs: file.inputs().to_string(),
+        status: OperationStatus::Queued,
+        stage: Some(IngestionStage::Discovered),
+        priority: 0,
+        attempt_count: 0,
+        interruption_count: 0,
+        claim_token: None,
+        worker: None,
+        lease_expires_at: None,
+        available_at: Some(now),
+        cancel_requested: false,
+        phase: None,
+        processed: None,
+        total: None,
+        last_error: None,
+        status_reason: None,
+        created_at: now,
+        updated_at: now,
+        version: 1,
+    }
+}
+
+async fn load_ingestions<T: WriteTx>(tx: &mut T, ids: &[OperationId]) -> Result<Vec<OperationRow>, EngineError> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let keys: Vec<String> = ids.iter().map(|id| operation_key(*id).key).collect();
+    Ok(tx
+        .load_rows(&OPERATIONS_TABLE, &keys)
+        .await?
+        .into_iter()
+        .filter_map(|row| match row {
+            Row::Operation(operation) => Some(operation),
+            _ => None,
+        })
+        .collect())
+}
