@@ -38,6 +38,9 @@ pub async fn run(database_url: &str, args: &BenchArgs) -> anyhow::Result<()> {
         Workload::Append => append(&template, &dir, args).await?,
         Workload::Replay => replay(&template, &dir, args).await?,
         Workload::Lifecycle => lifecycle(&template, &dir, args).await?,
+        Workload::Ingest => crate::bench_more::ingest_workload(&template, &dir, args).await?,
+        Workload::Status => crate::bench_more::status_workload(&template, &dir, args).await?,
+        Workload::Timeline => crate::bench_more::timeline_workload(&template, &dir, args).await?,
     };
     println!("{}", serde_json::to_string_pretty(&report)?);
     Ok(())

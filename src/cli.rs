@@ -301,6 +301,12 @@ pub struct BenchArgs {
     /// Folder for the benchmark databases (a temporary folder when absent).
     #[arg(long)]
     pub dir: Option<PathBuf>,
+    /// Images the ingest workload generates and ingests.
+    #[arg(long, default_value_t = 1_000)]
+    pub files: usize,
+    /// Queries the status and timeline workloads time.
+    #[arg(long, default_value_t = 1_000)]
+    pub samples: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -311,6 +317,12 @@ pub enum Workload {
     Replay,
     /// Tasks through request, claim and complete with every projection updated, N workers.
     Lifecycle,
+    /// `opledger ingest` of generated images with N workers; the ledger's share of the wall time.
+    Ingest,
+    /// Latency of the dashboard summary in a log of `--events` events.
+    Status,
+    /// Latency of one operation's timeline in a log of `--events` events.
+    Timeline,
 }
 
 #[derive(Debug, Subcommand)]

@@ -12,6 +12,7 @@
 
 mod batch;
 mod bench;
+mod bench_more;
 mod cli;
 mod ingest;
 mod output;

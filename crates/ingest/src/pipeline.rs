@@ -11,7 +11,7 @@ use opledger_media::{
     hash_file, read_metadata, resolver_fn, ExecutionCounter, MetadataTask, PerceptualHashTask, Settler, ThumbnailTask,
 };
 use opledger_store::Store;
-use opledger_worker::{PoolError, TaskError, WorkerPool};
+use opledger_worker::{Job, Outcome, PoolError, Task, TaskError, WorkerPool};
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
@@ -23,6 +23,40 @@ use thiserror::Error;
 
 /// Files per transaction when starting, moving and finishing ingestions.
 const CHUNK: usize = 250;
+
+/// Claims the pool holds per image worker (see [`Limited`]).
+const CLAIMS_PER_WORKER: usize = 8;
+const MAX_SLOTS: usize = 128;
+
+/// A task that waits for one of a limited number of permits before it
+/// runs: the image work's parallelism, apart from the pool's claims.
+struct Limited<T> {
+    inner: T,
+    permits: Arc<tokio::sync::Semaphore>,
+}
+
+impl<T> Limited<T> {
+    fn new(inner: T, permits: &Arc<tokio::sync::Semaphore>) -> Self {
+        Limited {
+            inner,
+            permits: permits.clone(),
+        }
+    }
+}
+
+impl<T: Task> Task for Limited<T> {
+    fn kind(&self) -> &'static str {
+        self.inner.kind()
+    }
+
+    async fn run(&self, job: &mut Job) -> Result<Outcome, TaskError> {
+        let _permit = tokio::select! {
+            permit = self.permits.acquire() => permit.map_err(|_| TaskError::retryable("the ingest is shutting down"))?,
+            reason = job.cancelled() => return Err(TaskError::Stopped(reason)),
+        };
+        self.inner.run(job).await
+    }
+}
 
 /// How an ingest runs.
 #[derive(Debug, Clone)]
@@ -223,6 +257,11 @@ pub async fn ingest<S: Store>(
         })
         .collect();
     progress.started(files.len(), summary.unchanged);
+    tracing::info!(
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        files = files.len(),
+        "walked"
+    );
 
     // 2. Start ingestions, record the gone, and the batch over the folder.
     // The run holds its ingestions for as long as it holds the lock; the
@@ -282,6 +321,10 @@ pub async fn ingest<S: Store>(
         summary.batch_id = Some(batch_id);
     }
 
+    tracing::info!(
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "ingestions and batch started"
+    );
     // 3. The workers, in the background until every file has settled.
     let executions: ExecutionCounter = Arc::new(AtomicU64::new(0));
     let resolver_engine = engine.clone();
@@ -295,11 +338,26 @@ pub async fn ingest<S: Store>(
                 .map_err(|error| TaskError::retryable(format!("finding media {media_id}: {error}")))
         }
     });
+    // `workers` tasks do image work at once (the CPU's share); the pool
+    // holds several times as many claims, so a task's two durable commits
+    // (claim, completion) overlap other tasks' work and group-commit with
+    // theirs instead of leaving the CPU idle while the disk syncs.
+    let permits = Arc::new(tokio::sync::Semaphore::new(options.workers.max(1)));
+    let slots = (options.workers.max(1) * CLAIMS_PER_WORKER).min(MAX_SLOTS);
     let pool = WorkerPool::builder(engine.clone(), worker.clone())
-        .task(MetadataTask::new(resolver.clone()).with_counter(executions.clone()))
-        .task(ThumbnailTask::new(resolver.clone(), options.thumbnails_dir.clone()).with_counter(executions.clone()))
-        .task(PerceptualHashTask::new(resolver).with_counter(executions.clone()))
-        .workers(options.workers.max(1))
+        .task(Limited::new(
+            MetadataTask::new(resolver.clone()).with_counter(executions.clone()),
+            &permits,
+        ))
+        .task(Limited::new(
+            ThumbnailTask::new(resolver.clone(), options.thumbnails_dir.clone()).with_counter(executions.clone()),
+            &permits,
+        ))
+        .task(Limited::new(
+            PerceptualHashTask::new(resolver).with_counter(executions.clone()),
+            &permits,
+        ))
+        .workers(slots)
         .lease(options.lease)
         .heartbeat_interval(options.lease / 4)
         .recovery_interval(Duration::from_secs(1))
@@ -320,6 +378,11 @@ pub async fn ingest<S: Store>(
     let pool_report = pool_run
         .await
         .map_err(|error| IngestError::Io(format!("the worker pool panicked: {error}")))??;
+    tracing::info!(
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        ?pool_report,
+        "every file settled"
+    );
     let (created_tasks, failed) = result?;
     summary.operations_created += created_tasks;
     summary.failed = failed;
@@ -467,6 +530,11 @@ async fn drive<S: Store>(
         failed += fails;
         progress.settled(settled, failed);
     }
+    tracing::info!(
+        in_flight = in_flight.len(),
+        slow = slow.len(),
+        "files settled at a glance registered"
+    );
     if !slow.is_empty() {
         let (registered, created) = register(engine, context, slow, parallel, &settler, true).await?;
         created_tasks += created;
