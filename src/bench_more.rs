@@ -120,8 +120,20 @@ async fn image_floor(files: &[PathBuf], thumbnails: &Path, workers: usize) -> an
 
 /// Builds a log of `--events` events (media items with operations through
 /// their whole lifecycle) and returns the engine over it.
-async fn built_log(template: &SqliteConfig, dir: &Path, events: u64) -> anyhow::Result<(Engine<SqliteStore>, u64)> {
-    let store = store_at(template, dir.join(format!("queries-{events}.db"))).await?;
+async fn built_log(
+    template: &SqliteConfig,
+    dir: &Path,
+    workload: &str,
+    events: u64,
+) -> anyhow::Result<(Engine<SqliteStore>, u64)> {
+    let path = dir.join(format!("{workload}-{events}.db"));
+    if path.exists() {
+        std::fs::remove_file(&path)?;
+        for suffix in ["-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+        }
+    }
+    let store = store_at(template, path).await?;
     let (engine, _) = Engine::open(store).await?;
     let mut workload = LifecycleWorkload::new(Timestamp::from_micros(START));
     let mut built = 0u64;
@@ -139,7 +151,7 @@ async fn built_log(template: &SqliteConfig, dir: &Path, events: u64) -> anyhow::
 /// by status, active batches, review queue, projection lag). Floor: one
 /// plain grouped count of the operations table.
 pub async fn status_workload(template: &SqliteConfig, dir: &Path, args: &BenchArgs) -> anyhow::Result<Value> {
-    let (engine, built) = built_log(template, dir, args.events).await?;
+    let (engine, built) = built_log(template, dir, "status", args.events).await?;
     let operations = engine.store().count_rows(&OPERATIONS_TABLE).await?;
     let samples = args.samples.max(10);
     let mut ours = Vec::with_capacity(samples);
@@ -174,7 +186,7 @@ pub async fn status_workload(template: &SqliteConfig, dir: &Path, args: &BenchAr
 /// rows without decoding into typed events is not exposed by the store, so
 /// the floor is the operation's projected row by primary key.
 pub async fn timeline_workload(template: &SqliteConfig, dir: &Path, args: &BenchArgs) -> anyhow::Result<Value> {
-    let (engine, built) = built_log(template, dir, args.events).await?;
+    let (engine, built) = built_log(template, dir, "timeline", args.events).await?;
     let operations: Vec<_> = engine
         .store()
         .find_rows(&OPERATIONS_TABLE, &[], 100_000)

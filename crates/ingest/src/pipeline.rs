@@ -522,8 +522,10 @@ async fn drive<S: Store>(
         }
     }
     for chunk in chunks(ready, CHUNK) {
-        let (registered, created) = register(engine, context, chunk, parallel, &settler, false).await?;
+        let (registered, created, unreadable) = register(engine, context, chunk, parallel, &settler, false).await?;
         created_tasks += created;
+        settled += unreadable;
+        failed += unreadable;
         in_flight.extend(registered);
         let (done, fails) = finish_settled(engine, context, &mut in_flight).await?;
         settled += done;
@@ -536,14 +538,18 @@ async fn drive<S: Store>(
         "files settled at a glance registered"
     );
     if !slow.is_empty() {
-        let (registered, created) = register(engine, context, slow, parallel, &settler, true).await?;
+        let (registered, created, unreadable) = register(engine, context, slow, parallel, &settler, true).await?;
         created_tasks += created;
+        settled += unreadable;
+        failed += unreadable;
         in_flight.extend(registered);
     }
     // Resumed files registered by a run that died: find their tasks.
     if !waiting.is_empty() {
-        let (registered, created) = register(engine, context, waiting, parallel, &settler, false).await?;
+        let (registered, created, unreadable) = register(engine, context, waiting, parallel, &settler, false).await?;
         created_tasks += created;
+        settled += unreadable;
+        failed += unreadable;
         in_flight.extend(registered);
     }
     while !in_flight.is_empty() {
@@ -579,9 +585,9 @@ async fn register<S: Store>(
     parallel: usize,
     settler: &Settler,
     watch: bool,
-) -> Result<(Vec<InFlight>, usize), IngestError> {
+) -> Result<(Vec<InFlight>, usize, usize), IngestError> {
     if files.is_empty() {
-        return Ok((Vec::new(), 0));
+        return Ok((Vec::new(), 0, 0));
     }
     let claims: Vec<IngestionClaim> = files.iter().map(|file| file.claim.clone()).collect();
     if watch {
@@ -634,6 +640,7 @@ async fn register<S: Store>(
             Err(reason) => unreadable.push((file.claim.clone(), Err(reason))),
         }
     }
+    let unreadable_count = unreadable.len();
     if !unreadable.is_empty() {
         engine.finish_ingestions(context, unreadable).await?;
     }
@@ -649,7 +656,7 @@ async fn register<S: Store>(
             }
         }
     }
-    Ok((registered, created))
+    Ok((registered, created, unreadable_count))
 }
 
 /// What reading a file found: its digest, size, media kind and parse.

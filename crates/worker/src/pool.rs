@@ -379,6 +379,12 @@ where
         tracing::info!(?pass, "recovered interrupted work at start");
     }
     report.add_recovery(&pass);
+    // Then upkeep: results of task versions no longer current are recorded
+    // stale, and batches catch up with items that settled meanwhile.
+    let upkeep = shared.engine.maintain(&context).await?;
+    if upkeep != opledger_engine::MaintenanceReport::default() {
+        tracing::info!(?upkeep, "upkeep at start");
+    }
 
     let mut jobs: JoinSet<(JobEnd, u64)> = JoinSet::new();
     let mut slots: HashMap<tokio::task::Id, usize> = HashMap::new();
