@@ -328,7 +328,10 @@ async fn changed_projection_versions_are_rebuilt_through_shadows_while_a_writer_
     let states = engine.store().projection_states().await.unwrap();
     assert_eq!(
         states.iter().map(|state| state.name.as_str()).collect::<Vec<_>>(),
-        vec!["media_registry", "media_operations", "processing_states"]
+        opledger_domain::projections::all_specs()
+            .iter()
+            .map(|spec| spec.name)
+            .collect::<Vec<_>>()
     );
     let verify = engine.verify().await.unwrap();
     assert!(verify.is_identical(), "{}", verify.render());
