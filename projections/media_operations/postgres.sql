@@ -1,4 +1,4 @@
--- media_operations, version 1 (PostgreSQL). See media_registry/postgres.sql
+-- media_operations, version 2 (PostgreSQL). See media_registry/postgres.sql
 -- for the t: and r: placeholders. Every command on an operation rewrites its
 -- row; the fill factor leaves room on the page for the new version, so an
 -- update that changes no indexed column stays on the page (HOT).
@@ -43,3 +43,10 @@ CREATE TABLE {{t:media_operations}} (
 
 CREATE INDEX {{t:media_operations}}_by_status ON {{r:media_operations}} (status);
 CREATE INDEX {{t:media_operations}}_by_media ON {{r:media_operations}} (media_id) WHERE media_id IS NOT NULL;
+
+-- Running counts of operations by status, kept by the same fold as the rows they count,
+-- so the dashboard reads a row instead of counting a table (version 2).
+CREATE TABLE {{t:media_operation_counts}} (
+    name   text PRIMARY KEY,
+    counts text NOT NULL
+);

@@ -1,4 +1,4 @@
--- media_operations, version 1 (SQLite). See media_registry/sqlite.sql for
+-- media_operations, version 2 (SQLite). See media_registry/sqlite.sql for
 -- the t: and r: placeholders.
 CREATE TABLE {{t:media_operations}} (
     id                 TEXT    PRIMARY KEY NOT NULL,
@@ -41,3 +41,10 @@ CREATE TABLE {{t:media_operations}} (
 
 CREATE INDEX {{t:media_operations}}_by_status ON {{r:media_operations}} (status);
 CREATE INDEX {{t:media_operations}}_by_media ON {{r:media_operations}} (media_id) WHERE media_id IS NOT NULL;
+
+-- Running counts of operations by status, kept by the same fold as the rows they count,
+-- so the dashboard reads a row instead of counting a table (version 2).
+CREATE TABLE {{t:media_operation_counts}} (
+    name   TEXT    PRIMARY KEY NOT NULL,
+    counts TEXT    NOT NULL
+) WITHOUT ROWID;

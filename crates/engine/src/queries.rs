@@ -8,6 +8,7 @@ use opledger_domain::projections::{
     media_key, operation_key, BatchRow, Cell, MediaRow, OperationRow, Row, BATCHES_TABLE, CAPABILITY_STATES_TABLE,
     MEDIA_TABLE, OPERATIONS_TABLE, REGIONS_TABLE, REVIEW_TABLE,
 };
+use opledger_domain::projections::{BY_STATUS, MEDIA_COUNT, MEDIA_COUNTS_TABLE, OPERATION_COUNTS_TABLE};
 use opledger_domain::review::EntryState;
 use opledger_domain::{CapabilityStatus, EventEnvelope, MediaId, OperationId, OperationStatus, StreamId};
 
@@ -95,7 +96,13 @@ fn with_zeros(names: impl Iterator<Item = &'static str>, counted: &[(Option<Stri
 impl<S: Store> Engine<S> {
     pub async fn status(&self) -> Result<StatusReport, EngineError> {
         let head = self.store.head().await?;
-        let counted = self.store.count_by(&OPERATIONS_TABLE, "status").await?;
+        // Running counts the folds keep: a row read, whatever the log's size.
+        let counted: Vec<(Option<String>, i64)> = self
+            .counts(&OPERATION_COUNTS_TABLE, BY_STATUS)
+            .await?
+            .into_iter()
+            .map(|(status, count)| (Some(status), count))
+            .collect();
         let operations_by_status = with_zeros(OperationStatus::ALL.iter().map(|status| status.as_str()), &counted);
         let capabilities = self.store.count_by(&CAPABILITY_STATES_TABLE, "status").await?;
         let capabilities_by_status = with_zeros(
@@ -144,7 +151,12 @@ impl<S: Store> Engine<S> {
         Ok(StatusReport {
             backend: self.store.backend(),
             head,
-            media: self.store.count_rows(&MEDIA_TABLE).await?,
+            media: self
+                .counts(&MEDIA_COUNTS_TABLE, MEDIA_COUNT)
+                .await?
+                .get("media")
+                .copied()
+                .unwrap_or(0),
             regions: self.store.count_rows(&REGIONS_TABLE).await?,
             operations: counted.iter().map(|(_, count)| count).sum(),
             operations_by_status,
@@ -162,6 +174,26 @@ impl<S: Store> Engine<S> {
             return Err(EngineError::not_found("operation", operation_id));
         }
         Ok(events)
+    }
+
+    /// A running-counts row of a projection (empty when nothing was counted).
+    async fn counts(
+        &self,
+        table: &'static opledger_domain::projections::TableSpec,
+        name: &str,
+    ) -> Result<std::collections::BTreeMap<String, i64>, EngineError> {
+        Ok(
+            match self
+                .store
+                .load_rows(table, &[name.to_string()])
+                .await?
+                .into_iter()
+                .next()
+            {
+                Some(Row::Counts(row)) => row.parsed(),
+                _ => std::collections::BTreeMap::new(),
+            },
+        )
     }
 
     /// The registry row of one media item.

@@ -1,6 +1,10 @@
 //! The media registry: which media items and regions exist.
 
 use super::cells::{integer_or_null, text_or_null, Cell, CellReader, ColumnSpec, ColumnType, MapError, TableSpec};
+use super::counts::{add_count, counts_key, MEDIA_COUNTS_TABLE};
+
+/// The counts row of registered media items (`media_counts`).
+pub const MEDIA_COUNT: &str = "registered";
 use super::working_set::{RowKey, WorkingSet};
 use super::{ProjectionSpec, Projector, Row};
 use crate::envelope::EventEnvelope;
@@ -41,8 +45,8 @@ pub static REGIONS_TABLE: TableSpec = TableSpec {
 
 pub static MEDIA_REGISTRY: ProjectionSpec = ProjectionSpec {
     name: "media_registry",
-    version: 1,
-    tables: &[&MEDIA_TABLE, &REGIONS_TABLE],
+    version: 2,
+    tables: &[&MEDIA_TABLE, &REGIONS_TABLE, &MEDIA_COUNTS_TABLE],
     question: "Which media items and regions exist, where is each file, and what is its content digest?",
     depends_on: &[],
 };
@@ -150,9 +154,15 @@ impl Projector for MediaRegistry {
 
     fn keys(&self, event: &EventEnvelope, keys: &mut Vec<RowKey>) {
         match &event.event {
-            Event::MediaRegistered(registered) => keys.push(media_key(registered.media_id)),
+            Event::MediaRegistered(registered) => {
+                keys.push(media_key(registered.media_id));
+                keys.push(counts_key(&MEDIA_COUNTS_TABLE, MEDIA_COUNT));
+            }
             Event::MediaUpdated(updated) => keys.push(media_key(updated.media_id)),
-            Event::MediaRemoved(removed) => keys.push(media_key(removed.media_id)),
+            Event::MediaRemoved(removed) => {
+                keys.push(media_key(removed.media_id));
+                keys.push(counts_key(&MEDIA_COUNTS_TABLE, MEDIA_COUNT));
+            }
             Event::RegionAdded(added) => {
                 keys.push(media_key(added.media_id));
                 keys.push(region_key(added.region_id));
@@ -187,6 +197,7 @@ impl Projector for MediaRegistry {
                     updated_at: event.recorded_at,
                     version: event.stream_version,
                 }));
+                add_count(rows, &MEDIA_COUNTS_TABLE, MEDIA_COUNT, "media", 1);
             }
             Event::MediaUpdated(updated) => {
                 let Some(Row::Media(current)) = rows.get(&media_key(updated.media_id)) else {
@@ -206,6 +217,7 @@ impl Projector for MediaRegistry {
                     return Err(fail(format!("media {} is not registered", removed.media_id)));
                 }
                 rows.delete(&key);
+                add_count(rows, &MEDIA_COUNTS_TABLE, MEDIA_COUNT, "media", -1);
             }
             Event::RegionAdded(added) => {
                 let Some(Row::Media(media)) = rows.get(&media_key(added.media_id)) else {

@@ -14,6 +14,7 @@
 mod batches;
 mod capability_states;
 mod cells;
+mod counts;
 mod media_registry;
 mod operations;
 mod processing_states;
@@ -28,11 +29,12 @@ pub use capability_states::{
     capability_key, version_key, CapabilityRow, CapabilityStates, CAPABILITY_STATES, CAPABILITY_STATES_TABLE,
 };
 pub use cells::{Cell, ColumnSpec, ColumnType, MapError, TableSpec};
+pub use counts::{counts_key, CountsRow, MEDIA_COUNTS_TABLE, OPERATION_COUNTS_TABLE};
 pub use media_registry::{
-    media_key, region_key, MediaRegistry, MediaRow, RegionRow, MEDIA_REGISTRY, MEDIA_TABLE, REGIONS_TABLE,
+    media_key, region_key, MediaRegistry, MediaRow, RegionRow, MEDIA_COUNT, MEDIA_REGISTRY, MEDIA_TABLE, REGIONS_TABLE,
 };
 pub use operations::{
-    operation_key, MediaOperations, OperationRow, INGESTION_FILE, MEDIA_OPERATIONS, OPERATIONS_TABLE,
+    operation_key, MediaOperations, OperationRow, BY_STATUS, INGESTION_FILE, MEDIA_OPERATIONS, OPERATIONS_TABLE,
 };
 pub use processing_states::{
     state_key, state_table, ProcessingStateRow, ProcessingStates, MEDIA_STATES_TABLE, PROCESSING_STATES,
@@ -91,6 +93,7 @@ pub enum Row {
     Batch(BatchRow),
     BatchItem(BatchItemRow),
     Review(ReviewRow),
+    Counts(CountsRow),
 }
 
 impl Row {
@@ -104,6 +107,7 @@ impl Row {
             Row::Batch(_) => &BATCHES_TABLE,
             Row::BatchItem(_) => &BATCH_ITEMS_TABLE,
             Row::Review(_) => &REVIEW_TABLE,
+            Row::Counts(row) => row.table,
         }
     }
 
@@ -117,6 +121,7 @@ impl Row {
             Row::Batch(row) => batch_key(row.batch_id),
             Row::BatchItem(row) => batch_item_key(row.batch_id, row.operation_id),
             Row::Review(row) => review_key(row.operation_id),
+            Row::Counts(row) => counts_key(row.table, &row.name),
         }
     }
 
@@ -127,7 +132,7 @@ impl Row {
             Row::ProcessingState(row) => Some(row.parent_key()),
             Row::Capability(row) => Some(media_key(row.media_id)),
             Row::BatchItem(row) => Some(batch_key(row.batch_id)),
-            Row::Media(_) | Row::Operation(_) | Row::Batch(_) | Row::Review(_) => None,
+            Row::Media(_) | Row::Operation(_) | Row::Batch(_) | Row::Review(_) | Row::Counts(_) => None,
         }
     }
 
@@ -141,6 +146,7 @@ impl Row {
             Row::Batch(row) => row.to_cells(),
             Row::BatchItem(row) => row.to_cells(),
             Row::Review(row) => row.to_cells(),
+            Row::Counts(row) => row.to_cells(),
         }
     }
 
@@ -166,6 +172,8 @@ impl Row {
             "batches" => BatchRow::from_cells(cells).map(Row::Batch),
             "batch_items" => BatchItemRow::from_cells(cells).map(Row::BatchItem),
             "review_queue" => ReviewRow::from_cells(cells).map(Row::Review),
+            "media_operation_counts" => CountsRow::from_cells(&OPERATION_COUNTS_TABLE, cells).map(Row::Counts),
+            "media_counts" => CountsRow::from_cells(&MEDIA_COUNTS_TABLE, cells).map(Row::Counts),
             other => Err(MapError::new(other, "not a projection table".to_string())),
         }
     }

@@ -5,7 +5,11 @@ use super::cells::{
     integer_or_null, text_or_null, timestamp_or_null, uuid_or_null, Cell, CellReader, ColumnSpec, ColumnType, MapError,
     TableSpec,
 };
+use super::counts::{add_count, counts_key, OPERATION_COUNTS_TABLE};
 use super::working_set::{RowKey, WorkingSet};
+
+/// The counts row of operations by status (`media_operation_counts`).
+pub const BY_STATUS: &str = "by_status";
 use super::{ProjectionSpec, Projector, Row};
 use crate::envelope::EventEnvelope;
 use crate::error::FoldError;
@@ -52,8 +56,8 @@ pub static OPERATIONS_TABLE: TableSpec = TableSpec {
 
 pub static MEDIA_OPERATIONS: ProjectionSpec = ProjectionSpec {
     name: "media_operations",
-    version: 1,
-    tables: &[&OPERATIONS_TABLE],
+    version: 2,
+    tables: &[&OPERATIONS_TABLE, &OPERATION_COUNTS_TABLE],
     question: "What work exists, where does each operation stand, who holds it, and why is it waiting or failed?",
     depends_on: &[],
 };
@@ -179,6 +183,9 @@ impl Projector for MediaOperations {
     fn keys(&self, event: &EventEnvelope, keys: &mut Vec<RowKey>) {
         if let Some(operation_id) = event.event.operation_id() {
             keys.push(operation_key(operation_id));
+            if matches!(event.event, Event::OperationCreated(_)) || event.event.cause().is_some() {
+                keys.push(counts_key(&OPERATION_COUNTS_TABLE, BY_STATUS));
+            }
         }
     }
 
@@ -227,6 +234,7 @@ impl Projector for MediaOperations {
                 updated_at: event.recorded_at,
                 version: event.stream_version,
             }));
+            add_count(rows, &OPERATION_COUNTS_TABLE, BY_STATUS, created.status.as_str(), 1);
             return Ok(());
         }
 
@@ -234,6 +242,7 @@ impl Projector for MediaOperations {
             return Err(fail(format!("operation {operation_id} does not exist")));
         };
         let mut next = current.clone();
+        let previous_status = current.status;
         if let Some(cause) = event.event.cause() {
             next.status = transitions::transition(current.status, cause).map_err(|error| fail(error.to_string()))?;
         }
@@ -345,6 +354,11 @@ impl Projector for MediaOperations {
             | Event::MediaRemoved(_)
             | Event::RegionAdded(_)
             | Event::RegionRemoved(_) => {}
+        }
+        if next.status != previous_status {
+            let (from, to) = (previous_status, next.status);
+            add_count(rows, &OPERATION_COUNTS_TABLE, BY_STATUS, from.as_str(), -1);
+            add_count(rows, &OPERATION_COUNTS_TABLE, BY_STATUS, to.as_str(), 1);
         }
         next.updated_at = event.recorded_at;
         next.version = event.stream_version;
