@@ -2,8 +2,6 @@
 //! as an operator or a failover would) surfaces as Unavailable, leaves
 //! nothing of the transaction behind, and a retry succeeds exactly once.
 
-mod support;
-
 use futures::TryStreamExt;
 use opledger_domain::ids::MediaId;
 use opledger_domain::StreamId;
@@ -24,7 +22,7 @@ fn append_for(media_id: MediaId) -> Vec<StreamAppend> {
 
 /// Terminates every other backend of the database that is inside a
 /// transaction; returns how many.
-async fn terminate_open_transactions(harness: &support::PostgresHarness) -> i64 {
+async fn terminate_open_transactions(harness: &opledger_testkit::PostgresBackend) -> i64 {
     let mut connection = harness.connect().await;
     let (terminated,): (i64,) = sqlx::query_as(
         "SELECT COUNT(pg_terminate_backend(pid)) FROM pg_stat_activity \
@@ -40,7 +38,7 @@ async fn terminate_open_transactions(harness: &support::PostgresHarness) -> i64 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_terminated_backend_is_unavailable_and_a_retry_appends_exactly_once() {
-    let Some(harness) = support::harness().await else {
+    let Some(harness) = opledger_testkit::postgres::backend().await else {
         return;
     };
     let store = harness.open().await;
