@@ -58,6 +58,7 @@
 mod config;
 mod ddl;
 mod error;
+pub mod floor;
 mod rows;
 mod scratch;
 pub mod tx;
