@@ -11,6 +11,11 @@ use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{Connection, SqliteConnection};
 use std::path::Path;
 
+/// A row of `pragma_table_xinfo`: cid, name, type, notnull, default, pk, hidden.
+type ColumnInfo = (i64, String, String, i64, Option<String>, i64, i64);
+/// A row of `pragma_foreign_key_list`: id, seq, table, from, to, on_update, on_delete, match.
+type ForeignKeyInfo = (i64, i64, String, String, Option<String>, String, String, String);
+
 async fn connect(path: &Path) -> SqliteConnection {
     SqliteConnection::connect_with(&SqliteConnectOptions::new().filename(path).create_if_missing(true))
         .await
@@ -32,17 +37,16 @@ async fn schema(connection: &mut SqliteConnection) -> Vec<String> {
     for (kind, name, table, sql) in &objects {
         match kind.as_str() {
             "table" => {
-                let columns: Vec<(i64, String, String, i64, Option<String>, i64, i64)> =
-                    sqlx::query_as(&format!("SELECT * FROM pragma_table_xinfo('{name}')"))
-                        .fetch_all(&mut *connection)
-                        .await
-                        .unwrap();
+                let columns: Vec<ColumnInfo> = sqlx::query_as(&format!("SELECT * FROM pragma_table_xinfo('{name}')"))
+                    .fetch_all(&mut *connection)
+                    .await
+                    .unwrap();
                 for (cid, column, ty, not_null, default, pk, hidden) in columns {
                     lines.push(format!(
                         "column {name}.{column} #{cid} {ty} notnull={not_null} default={default:?} pk={pk} hidden={hidden}"
                     ));
                 }
-                let keys: Vec<(i64, i64, String, String, Option<String>, String, String, String)> =
+                let keys: Vec<ForeignKeyInfo> =
                     sqlx::query_as(&format!("SELECT * FROM pragma_foreign_key_list('{name}')"))
                         .fetch_all(&mut *connection)
                         .await
