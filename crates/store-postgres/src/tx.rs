@@ -117,39 +117,47 @@ impl PostgresTx {
         self.head
     }
 
-    /// Opens a savepoint for one piece of a group, after sending what the
-    /// pieces before it gathered (so none of that is undone with this one),
-    /// and returns what the piece may change in this transaction's caches.
-    pub(crate) async fn savepoint(&mut self) -> Result<Checkpoint, StoreError> {
+    /// Opens the savepoint the first piece of a group runs in, after
+    /// sending anything gathered before.
+    pub(crate) async fn open_savepoint(&mut self) -> Result<(), StoreError> {
         let connection = self.conn().await?;
         rows::script(connection, "SAVEPOINT piece")
             .await
-            .map_err(|error| map(error, "opening a savepoint"))?;
-        Ok(Checkpoint {
+            .map_err(|error| map(error, "opening a savepoint"))
+    }
+
+    /// What a piece may change in this transaction's caches, as it starts.
+    pub(crate) fn checkpoint(&self) -> Checkpoint {
+        Checkpoint {
             head: self.head,
             positions: self.positions.clone(),
             tables: self.tables,
-        })
+        }
     }
 
     /// Keeps a piece that succeeded: sends what it gathered (a refusal
-    /// fails this piece, not the group) and releases its savepoint.
-    pub(crate) async fn release(&mut self) -> Result<(), StoreError> {
+    /// fails this piece, which can still be rolled back), then releases its
+    /// savepoint and opens the next piece's in the same round trip. The
+    /// last piece's savepoint is left to COMMIT.
+    pub(crate) async fn keep_piece(&mut self, another_follows: bool) -> Result<(), StoreError> {
         let connection = self.conn().await?;
-        rows::script(connection, "RELEASE SAVEPOINT piece")
-            .await
-            .map_err(|error| map(error, "releasing a savepoint"))
+        if another_follows {
+            rows::script(connection, "RELEASE SAVEPOINT piece; SAVEPOINT piece")
+                .await
+                .map_err(|error| map(error, "releasing a savepoint"))?;
+        }
+        Ok(())
     }
 
     /// Undoes a piece that failed: back to its savepoint in the database
     /// (which also clears a statement error that aborted the transaction)
-    /// and in the caches.
-    pub(crate) async fn roll_back_to(&mut self, checkpoint: Checkpoint) -> Result<(), StoreError> {
+    /// and in the caches. The savepoint stays, for the next piece.
+    pub(crate) async fn undo_piece(&mut self, checkpoint: Checkpoint) -> Result<(), StoreError> {
         self.pending_leases.clear();
         self.head = checkpoint.head;
         self.positions = checkpoint.positions;
         self.tables = checkpoint.tables;
-        rows::script(self.raw_conn(), "ROLLBACK TO SAVEPOINT piece; RELEASE SAVEPOINT piece")
+        rows::script(self.raw_conn(), "ROLLBACK TO SAVEPOINT piece")
             .await
             .map_err(|error| map(error, "rolling back to a savepoint"))
     }

@@ -14,7 +14,10 @@
 //! the others alone (a failed statement aborts a PostgreSQL transaction;
 //! the rollback to the savepoint clears that too). Nobody is answered
 //! until the COMMIT has returned, so an answer means durable. A lone piece
-//! runs without a savepoint: its failure rolls back the transaction.
+//! runs without a savepoint: its failure rolls back the transaction. The
+//! savepoints cost one round trip per piece: a kept piece's RELEASE and the
+//! next piece's SAVEPOINT go together, a failed piece's savepoint is reused
+//! by the next, and the last piece's is left to COMMIT.
 
 use crate::tx::PostgresTx;
 use futures::FutureExt;
@@ -25,8 +28,12 @@ use std::panic::AssertUnwindSafe;
 use tokio::sync::{mpsc, oneshot};
 
 /// Most pieces grouped into one commit; bounds how long the first piece of
-/// a group waits for the others.
-const MAX_GROUP: usize = 128;
+/// a group waits for the others. Each piece that writes is a
+/// subtransaction, and PostgreSQL caches at most 64 of them per backend in
+/// shared memory: beyond that, every other session's visibility checks of
+/// this transaction's rows go through pg_subtrans, which is slow. So a
+/// group stays below 64 pieces.
+const MAX_GROUP: usize = 48;
 
 /// What a piece of work left behind: whether it succeeded, and how to
 /// answer its caller once the commit outcome is known.
@@ -125,29 +132,23 @@ async fn run_group(pool: &PgPool, group: Vec<Box<dyn Job>>) -> Option<i64> {
     let mut finishes = Vec::with_capacity(pieces);
     let mut broken: Option<StoreError> = None;
     let mut any_ok = false;
-    for job in group {
+    if use_savepoints {
+        if let Err(error) = tx.open_savepoint().await {
+            broken = Some(error);
+        }
+    }
+    for (index, job) in group.into_iter().enumerate() {
         if let Some(error) = &broken {
             job.abort(error.clone());
             continue;
         }
-        let checkpoint = if use_savepoints {
-            match tx.savepoint().await {
-                Ok(checkpoint) => Some(checkpoint),
-                Err(error) => {
-                    job.abort(error.clone());
-                    broken = Some(error);
-                    continue;
-                }
-            }
-        } else {
-            None
-        };
+        let checkpoint = tx.checkpoint();
         let mut outcome = AssertUnwindSafe(job.run(&mut tx)).catch_unwind().await;
         // A piece that succeeded keeps its writes only if they all went
         // through (work that ignored a failed statement finds out here).
         if let Ok(done) = &mut outcome {
             if done.ok && use_savepoints {
-                if let Err(error) = tx.release().await {
+                if let Err(error) = tx.keep_piece(index + 1 < pieces).await {
                     done.ok = false;
                     let finish = std::mem::replace(&mut done.finish, Box::new(|_| {}));
                     done.finish = Box::new(move |_| finish(Err(error)));
@@ -157,9 +158,9 @@ async fn run_group(pool: &PgPool, group: Vec<Box<dyn Job>>) -> Option<i64> {
         let ok = matches!(&outcome, Ok(done) if done.ok);
         if ok {
             any_ok = true;
-        } else if let Some(checkpoint) = checkpoint {
-            // Undo the piece; the next one opens its own savepoint.
-            if let Err(error) = tx.roll_back_to(checkpoint).await {
+        } else if use_savepoints {
+            // Undo the piece; the next one runs in the same savepoint.
+            if let Err(error) = tx.undo_piece(checkpoint).await {
                 broken = Some(error);
             }
         }
