@@ -306,8 +306,11 @@ pub async fn update_and_delete_on_the_log_are_refused_by_the_database<H: Harness
     assert_eq!(read[0].actor, "conformance");
 }
 
-/// Raw rows of the log, `(seq, stream, version)` each, in one INSERT.
-fn raw_insert(rows: &[(i64, &str, i64)]) -> String {
+/// A raw row of the log: seq, stream, version.
+type RawRow<'a> = (i64, &'a str, i64);
+
+/// Raw rows of the log in one INSERT.
+fn raw_insert(rows: &[RawRow]) -> String {
     let values: Vec<String> = rows
         .iter()
         .map(|(seq, stream, version)| {
@@ -332,7 +335,7 @@ pub async fn inserts_that_skip_a_seq_or_a_stream_version_are_refused_by_the_data
         .execute_raw(&raw_insert(&[(1, "s-a", 1), (2, "s-a", 2)]))
         .await
         .expect("the next seqs and versions are accepted");
-    let refused: [(&str, &[(i64, &str, i64)]); 6] = [
+    let refused: [(&str, &[RawRow]); 6] = [
         ("a seq gap", &[(4, "s-b", 1)]),
         ("a seq gap inside a statement", &[(3, "s-b", 1), (5, "s-c", 1)]),
         ("a stream version gap", &[(3, "s-a", 4)]),
