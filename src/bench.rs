@@ -1,49 +1,237 @@
 //! `opledger bench`: runs a workload on fresh databases and prints one JSON
 //! object with our figure, the raw floor measured in the same run, and the
 //! ratio. Tests never assert on these numbers; people read them.
+//!
+//! The workloads are written once, generic over [`BenchBackend`]: how to get
+//! a fresh store of the backend the URL names, and that backend's raw floor
+//! (its store crate's `floor` module). The code is generic over `Store`,
+//! never over a driver.
 
 use crate::cli::{BenchArgs, Workload};
 use anyhow::Context;
 use opledger_domain::Timestamp;
 use opledger_engine::bench::LifecycleWorkload;
 use opledger_engine::Engine;
+use opledger_store::floor::FloorRow;
 use opledger_store::Store;
-use opledger_store_sqlite::floor::{self, FloorRow};
+use opledger_store_postgres::{PostgresConfig, PostgresStore};
 use opledger_store_sqlite::{SqliteConfig, SqliteStore, Synchronous};
 use serde_json::{json, Value};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 const START: i64 = 1_796_000_000_000_000;
 
 pub async fn run(database_url: &str, args: &BenchArgs) -> anyhow::Result<()> {
-    if database_url.starts_with("postgres") {
-        anyhow::bail!("opledger bench runs on SQLite only so far; PostgreSQL benchmarks are not built yet");
-    }
     // The benchmark never touches the user's database: it takes the backend
-    // and options from the URL and builds its own files.
-    let template = SqliteConfig::from_url(database_url).map_err(|error| anyhow::anyhow!(error))?;
-    let temporary;
-    let dir: PathBuf = match &args.dir {
-        Some(dir) => {
-            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-            dir.clone()
+    // and options from the URL and builds its own databases (files beside
+    // the current directory, or databases of its own on the same server).
+    let report = if database_url.starts_with("postgres://") || database_url.starts_with("postgresql://") {
+        let server = PostgresConfig::from_url(database_url).map_err(|error| anyhow::anyhow!(error))?;
+        let backend = PostgresBench::new(server);
+        let report = run_workload(&backend, args).await;
+        backend.drop_databases().await;
+        report?
+    } else {
+        let template = SqliteConfig::from_url(database_url).map_err(|error| anyhow::anyhow!(error))?;
+        let temporary;
+        let dir: PathBuf = match &args.dir {
+            Some(dir) => {
+                std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+                dir.clone()
+            }
+            None => {
+                temporary = tempdir_in_target()?;
+                temporary.path().to_path_buf()
+            }
+        };
+        match args.workload {
+            Workload::Ingest => crate::bench_more::ingest_workload(&template, &dir, args).await?,
+            Workload::Status => crate::bench_more::status_workload(&template, &dir, args).await?,
+            Workload::Timeline => crate::bench_more::timeline_workload(&template, &dir, args).await?,
+            Workload::Append | Workload::Replay | Workload::Lifecycle => {
+                run_workload(&SqliteBench { template, dir }, args).await?
+            }
         }
-        None => {
-            temporary = tempdir_in_target()?;
-            temporary.path().to_path_buf()
-        }
-    };
-    let report = match args.workload {
-        Workload::Append => append(&template, &dir, args).await?,
-        Workload::Replay => replay(&template, &dir, args).await?,
-        Workload::Lifecycle => lifecycle(&template, &dir, args).await?,
-        Workload::Ingest => crate::bench_more::ingest_workload(&template, &dir, args).await?,
-        Workload::Status => crate::bench_more::status_workload(&template, &dir, args).await?,
-        Workload::Timeline => crate::bench_more::timeline_workload(&template, &dir, args).await?,
     };
     println!("{}", serde_json::to_string_pretty(&report)?);
     Ok(())
+}
+
+async fn run_workload<B: BenchBackend>(backend: &B, args: &BenchArgs) -> anyhow::Result<Value> {
+    match args.workload {
+        Workload::Append => append(backend, args).await,
+        Workload::Replay => replay(backend, args).await,
+        Workload::Lifecycle => lifecycle(backend, args).await,
+        Workload::Ingest | Workload::Status | Workload::Timeline => anyhow::bail!(
+            "opledger bench {} runs on SQLite only so far",
+            match args.workload {
+                Workload::Ingest => "ingest",
+                Workload::Status => "status",
+                _ => "timeline",
+            }
+        ),
+    }
+}
+
+/// What a workload needs of a backend: fresh stores, and the raw floor
+/// measured the plainest way that backend's driver allows.
+trait BenchBackend: Sync {
+    type Store: Store;
+
+    /// `sqlite` or `postgres`.
+    fn name(&self) -> &'static str;
+
+    /// The durability setting the figures were measured with, as a key of
+    /// the report and its value.
+    fn durability(&self) -> (&'static str, &'static str);
+
+    /// A new, empty store named `name` (any earlier one of that name is gone).
+    async fn fresh_store(&self, name: &str) -> anyhow::Result<Self::Store>;
+
+    /// Plain prepared single-row INSERTs of `rows`, `batch` per transaction.
+    async fn plain_inserts(&self, store: &Self::Store, rows: &[FloorRow], batch: usize) -> anyhow::Result<Duration>;
+
+    /// Multi-row INSERTs (up to 90 rows a statement), `batch` per transaction.
+    async fn multi_row_inserts(&self, store: &Self::Store, rows: &[FloorRow], batch: usize)
+        -> anyhow::Result<Duration>;
+
+    /// One plain scan of the whole log, decoding every payload.
+    async fn plain_scan(&self, store: &Self::Store) -> anyhow::Result<(u64, Duration)>;
+
+    /// How the floor was measured, for the report.
+    fn floor_description(&self) -> &'static str;
+}
+
+struct SqliteBench {
+    template: SqliteConfig,
+    dir: PathBuf,
+}
+
+impl BenchBackend for SqliteBench {
+    type Store = SqliteStore;
+
+    fn name(&self) -> &'static str {
+        "sqlite"
+    }
+
+    fn durability(&self) -> (&'static str, &'static str) {
+        let setting = match self.template.synchronous {
+            Synchronous::Full => "full",
+            Synchronous::Normal => "normal",
+        };
+        ("synchronous", setting)
+    }
+
+    async fn fresh_store(&self, name: &str) -> anyhow::Result<SqliteStore> {
+        let path = self.dir.join(format!("{name}.db"));
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+        }
+        let mut config = SqliteConfig::at(path);
+        config.synchronous = self.template.synchronous;
+        Ok(SqliteStore::open(config).await?)
+    }
+
+    async fn plain_inserts(&self, store: &SqliteStore, rows: &[FloorRow], batch: usize) -> anyhow::Result<Duration> {
+        Ok(opledger_store_sqlite::floor::plain_inserts(store, rows, batch).await?)
+    }
+
+    async fn multi_row_inserts(
+        &self,
+        store: &SqliteStore,
+        rows: &[FloorRow],
+        batch: usize,
+    ) -> anyhow::Result<Duration> {
+        Ok(opledger_store_sqlite::floor::multi_row_inserts(store, rows, batch).await?)
+    }
+
+    async fn plain_scan(&self, store: &SqliteStore) -> anyhow::Result<(u64, Duration)> {
+        Ok(opledger_store_sqlite::floor::plain_scan(store).await?)
+    }
+
+    fn floor_description(&self) -> &'static str {
+        "plain prepared INSERTs into a table with the log's columns and stream index, no triggers, no projections, same transaction sizes, same synchronous setting"
+    }
+}
+
+/// Each fresh store is a database of its own on the server the URL names
+/// (`opledger_bench_<pid>_<name>`), dropped when the run ends.
+struct PostgresBench {
+    server: PostgresConfig,
+    prefix: String,
+    created: std::sync::Mutex<Vec<String>>,
+}
+
+impl PostgresBench {
+    fn new(server: PostgresConfig) -> Self {
+        PostgresBench {
+            server,
+            prefix: format!("opledger_bench_{}", std::process::id()),
+            created: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    async fn drop_databases(&self) {
+        let names = std::mem::take(&mut *self.created.lock().expect("bench database list"));
+        for name in names {
+            if let Err(error) = opledger_store_postgres::floor::drop_database(&self.server, &name).await {
+                eprintln!("could not drop benchmark database {name}: {error}");
+            }
+        }
+    }
+}
+
+impl BenchBackend for PostgresBench {
+    type Store = PostgresStore;
+
+    fn name(&self) -> &'static str {
+        "postgres"
+    }
+
+    fn durability(&self) -> (&'static str, &'static str) {
+        // The server's own setting applies (on by default: every commit is
+        // flushed before it is acknowledged); the benchmark does not change it.
+        ("synchronous_commit", "server setting")
+    }
+
+    async fn fresh_store(&self, name: &str) -> anyhow::Result<PostgresStore> {
+        let database = format!("{}_{}", self.prefix, name.replace('-', "_"));
+        let config = opledger_store_postgres::floor::create_database(&self.server, &database).await?;
+        {
+            let mut created = self.created.lock().expect("bench database list");
+            if !created.contains(&database) {
+                created.push(database);
+            }
+        }
+        let mut config = config;
+        // The lifecycle's 16 workers each hold a write connection while
+        // they wait for the append lock; the rest are readers.
+        config.write_connections = config.write_connections.max(16);
+        config.read_connections = config.read_connections.max(16);
+        Ok(PostgresStore::open(config).await?)
+    }
+
+    async fn plain_inserts(&self, store: &PostgresStore, rows: &[FloorRow], batch: usize) -> anyhow::Result<Duration> {
+        Ok(opledger_store_postgres::floor::plain_inserts(store, rows, batch).await?)
+    }
+
+    async fn multi_row_inserts(
+        &self,
+        store: &PostgresStore,
+        rows: &[FloorRow],
+        batch: usize,
+    ) -> anyhow::Result<Duration> {
+        Ok(opledger_store_postgres::floor::multi_row_inserts(store, rows, batch).await?)
+    }
+
+    async fn plain_scan(&self, store: &PostgresStore) -> anyhow::Result<(u64, Duration)> {
+        Ok(opledger_store_postgres::floor::plain_scan(store).await?)
+    }
+
+    fn floor_description(&self) -> &'static str {
+        "plain prepared INSERTs (one round trip each) into a table with the log's columns and stream index, no triggers, no advisory lock, no projections, same transaction sizes, on the same server"
+    }
 }
 
 /// A temporary folder on the same file system as the current directory, so
@@ -53,16 +241,6 @@ fn tempdir_in_target() -> anyhow::Result<tempfile::TempDir> {
         .prefix(".opledger-bench-")
         .tempdir_in(".")
         .context("creating a benchmark folder in the current directory")
-}
-
-async fn fresh_store(template: &SqliteConfig, dir: &Path, name: &str) -> anyhow::Result<SqliteStore> {
-    let path = dir.join(name);
-    for suffix in ["", "-wal", "-shm"] {
-        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
-    }
-    let mut config = SqliteConfig::at(path);
-    config.synchronous = template.synchronous;
-    Ok(SqliteStore::open(config).await?)
 }
 
 fn per_second(count: u64, elapsed: Duration) -> f64 {
@@ -87,23 +265,11 @@ fn floor_rows(appends: &[opledger_store::StreamAppend]) -> Vec<FloorRow> {
     rows
 }
 
-fn synchronous_name(template: &SqliteConfig) -> &'static str {
-    match template.synchronous {
-        Synchronous::Full => "full",
-        Synchronous::Normal => "normal",
-    }
-}
-
 /// One timed pass of our batched path over fresh databases.
-async fn ours_batched(
-    template: &SqliteConfig,
-    dir: &Path,
-    args: &BenchArgs,
-    clients: usize,
-) -> anyhow::Result<Duration> {
+async fn ours_batched<B: BenchBackend>(backend: &B, args: &BenchArgs, clients: usize) -> anyhow::Result<Duration> {
     let appends = LifecycleWorkload::new(Timestamp::from_micros(START)).appends(args.events);
     let batches = LifecycleWorkload::batches(appends, args.batch);
-    let store = fresh_store(template, dir, "bench-append-batched.db").await?;
+    let store = backend.fresh_store("append-batched").await?;
     let (engine, _) = Engine::open(store).await?;
     let mut per_client: Vec<Vec<_>> = (0..clients).map(|_| Vec::new()).collect();
     for (index, batch) in batches.into_iter().enumerate() {
@@ -126,10 +292,10 @@ async fn ours_batched(
     Ok(started.elapsed())
 }
 
-async fn ours_unbatched(template: &SqliteConfig, dir: &Path, args: &BenchArgs) -> anyhow::Result<Duration> {
+async fn ours_unbatched<B: BenchBackend>(backend: &B, args: &BenchArgs) -> anyhow::Result<Duration> {
     let appends = LifecycleWorkload::new(Timestamp::from_micros(START)).appends(args.unbatched_events);
     let singles = LifecycleWorkload::one_event_each(appends);
-    let store = fresh_store(template, dir, "bench-append-unbatched.db").await?;
+    let store = backend.fresh_store("append-unbatched").await?;
     let (engine, _) = Engine::open(store).await?;
     let started = Instant::now();
     for single in singles {
@@ -160,7 +326,7 @@ fn figure(events: u64, per_transaction: usize, ours: Duration, floor: Duration, 
     figure
 }
 
-async fn append(template: &SqliteConfig, dir: &Path, args: &BenchArgs) -> anyhow::Result<Value> {
+async fn append<B: BenchBackend>(backend: &B, args: &BenchArgs) -> anyhow::Result<Value> {
     let start = Timestamp::from_micros(START);
     let appends = LifecycleWorkload::new(start).appends(args.events);
     let events: u64 = appends.iter().map(|append| append.events.len() as u64).sum();
@@ -179,15 +345,18 @@ async fn append(template: &SqliteConfig, dir: &Path, args: &BenchArgs) -> anyhow
     let mut floor_multi_row = Vec::new();
     let (mut unbatched, mut floor_unbatched) = (Vec::new(), Vec::new());
     for _ in 0..rounds {
-        batched.push(ours_batched(template, dir, args, 1).await?);
-        let floor_store = fresh_store(template, dir, "bench-append-floor.db").await?;
-        floor_batched.push(floor::plain_inserts(&floor_store, &rows, args.batch).await?);
-        let floor_store = fresh_store(template, dir, "bench-append-floor-multi-row.db").await?;
-        floor_multi_row.push(floor::multi_row_inserts(&floor_store, &rows, args.batch).await?);
-        concurrent.push(ours_batched(template, dir, args, clients).await?);
-        unbatched.push(ours_unbatched(template, dir, args).await?);
-        let floor_store = fresh_store(template, dir, "bench-append-floor-unbatched.db").await?;
-        floor_unbatched.push(floor::plain_inserts(&floor_store, &single_rows, 1).await?);
+        batched.push(ours_batched(backend, args, 1).await?);
+        let floor_store = backend.fresh_store("append-floor").await?;
+        floor_batched.push(backend.plain_inserts(&floor_store, &rows, args.batch).await?);
+        drop(floor_store);
+        let floor_store = backend.fresh_store("append-floor-multi-row").await?;
+        floor_multi_row.push(backend.multi_row_inserts(&floor_store, &rows, args.batch).await?);
+        drop(floor_store);
+        concurrent.push(ours_batched(backend, args, clients).await?);
+        unbatched.push(ours_unbatched(backend, args).await?);
+        let floor_store = backend.fresh_store("append-floor-unbatched").await?;
+        floor_unbatched.push(backend.plain_inserts(&floor_store, &single_rows, 1).await?);
+        drop(floor_store);
     }
     let floor_batched = median(floor_batched);
     let floor_multi_row = median(floor_multi_row);
@@ -195,8 +364,8 @@ async fn append(template: &SqliteConfig, dir: &Path, args: &BenchArgs) -> anyhow
     let multi_row_rate = per_second(events, floor_multi_row);
     Ok(json!({
         "workload": "append",
-        "backend": "sqlite",
-        "synchronous": synchronous_name(template),
+        "backend": backend.name(),
+        (backend.durability().0): backend.durability().1,
         "rounds": rounds,
         "batched": figure(
             events,
@@ -210,7 +379,7 @@ async fn append(template: &SqliteConfig, dir: &Path, args: &BenchArgs) -> anyhow
         ),
         "batched_concurrent": figure(events, args.batch, median(concurrent), floor_batched, json!({"clients": clients})),
         "unbatched": figure(single_events, 1, median(unbatched), median(floor_unbatched), json!({})),
-        "floor": "plain prepared INSERTs (one row each) of the same rows into a table with the log's columns and stream index, no triggers, no projections, same transaction sizes, same synchronous setting; the multi-row floor inserts up to 90 rows per statement",
+        "floor": format!("{} (one row each); the multi-row floor inserts up to 90 rows per statement", backend.floor_description()),
         "workload_events": "media registrations, each followed by 4 thumbnail operations living created, claimed, started, progress, succeeded",
     }))
 }
@@ -219,11 +388,11 @@ async fn append(template: &SqliteConfig, dir: &Path, args: &BenchArgs) -> anyhow
 /// for each worker count, on a fresh database each. The floor: the same
 /// number of events, read back from our log, as plain INSERTs in
 /// transactions of 100 (the append floor's shape).
-async fn lifecycle(template: &SqliteConfig, dir: &Path, args: &BenchArgs) -> anyhow::Result<Value> {
+async fn lifecycle<B: BenchBackend>(backend: &B, args: &BenchArgs) -> anyhow::Result<Value> {
     let media_count = (args.tasks / 2).max(1);
     let mut runs = Vec::new();
     for &workers in &args.workers {
-        let store = fresh_store(template, dir, &format!("bench-lifecycle-{workers}.db")).await?;
+        let store = backend.fresh_store(&format!("lifecycle_{workers}")).await?;
         let (engine, _) = Engine::open(store).await?;
         let media = opledger_engine::bench::register_lifecycle_media(&engine, media_count).await?;
         let head_before = engine.store().head().await?;
@@ -243,8 +412,10 @@ async fn lifecycle(template: &SqliteConfig, dir: &Path, args: &BenchArgs) -> any
                 correlation_id: envelope.correlation_id.clone(),
             });
         }
-        let floor_store = fresh_store(template, dir, "bench-lifecycle-floor.db").await?;
-        let floor_elapsed = floor::plain_inserts(&floor_store, &rows, 100).await?;
+        drop(engine);
+        let floor_store = backend.fresh_store("lifecycle_floor").await?;
+        let floor_elapsed = backend.plain_inserts(&floor_store, &rows, 100).await?;
+        drop(floor_store);
         let tasks_per_sec = per_second(run.tasks, run.elapsed);
         let events_per_sec = per_second(run.events, run.elapsed);
         let floor_events_per_sec = per_second(rows.len() as u64, floor_elapsed);
@@ -260,15 +431,22 @@ async fn lifecycle(template: &SqliteConfig, dir: &Path, args: &BenchArgs) -> any
             "ratio_to_floor": round3(events_per_sec / floor_events_per_sec),
             "claim_latency_p50_us": run.claim_latency_us(0.5),
             "claim_latency_p99_us": run.claim_latency_us(0.99),
+            "claim_latency_by_history": run.claim_latency_by_history(5).iter().map(|slice| json!({
+                "completed_from": slice.completed_from,
+                "completed_to": slice.completed_to,
+                "claims": slice.claims,
+                "p50_us": slice.p50_us,
+                "p99_us": slice.p99_us,
+            })).collect::<Vec<_>>(),
         }));
     }
     Ok(json!({
         "workload": "lifecycle",
-        "backend": "sqlite",
-        "synchronous": synchronous_name(template),
+        "backend": backend.name(),
+        (backend.durability().0): backend.durability().1,
         "runs": runs,
         "workload_tasks": "media items each with a metadata and a thumbnail task: request (revision computed), batch claim, complete; the requester runs alongside the workers; every projection (operations, processing states) updated inline, every step an event on the task's timeline",
-        "floor": "the events the run appended, read back and inserted as plain prepared INSERTs (one row each) in transactions of 100 into a table with the log's columns, no triggers, no projections, same synchronous setting",
+        "floor": format!("the events the run appended, read back and inserted in transactions of 100: {}", backend.floor_description()),
     }))
 }
 
@@ -290,8 +468,8 @@ fn reset_peak_rss() -> bool {
     std::fs::write("/proc/self/clear_refs", "5").is_ok()
 }
 
-async fn replay(template: &SqliteConfig, dir: &Path, args: &BenchArgs) -> anyhow::Result<Value> {
-    let store = fresh_store(template, dir, "bench-replay.db").await?;
+async fn replay<B: BenchBackend>(backend: &B, args: &BenchArgs) -> anyhow::Result<Value> {
+    let store = backend.fresh_store("replay").await?;
     let (engine, _) = Engine::open(store).await?;
     let mut workload = LifecycleWorkload::new(Timestamp::from_micros(START));
     let build_started = Instant::now();
@@ -308,13 +486,13 @@ async fn replay(template: &SqliteConfig, dir: &Path, args: &BenchArgs) -> anyhow
     let peak_reset = reset_peak_rss();
     let stats = engine.replay().await?;
     let peak = peak_rss();
-    let (floor_events, floor_elapsed) = floor::plain_scan(engine.store()).await?;
+    let (floor_events, floor_elapsed) = backend.plain_scan(engine.store()).await?;
     let rate = per_second(stats.events, stats.elapsed);
     let floor_rate = per_second(floor_events, floor_elapsed);
     Ok(json!({
         "workload": "replay",
         "backend": engine.store().backend(),
-        "synchronous": synchronous_name(template),
+        (backend.durability().0): backend.durability().1,
         "events": stats.events,
         "seconds": stats.elapsed.as_secs_f64(),
         "events_per_sec": rate.round(),

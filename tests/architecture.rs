@@ -1,7 +1,7 @@
 //! Mechanical checks of the crate boundaries that the code relies on but the
 //! compiler does not enforce: the domain crate stays pure (no async runtime,
-//! no database, no I/O, no clock, no randomness), and only the SQLite
-//! backend crate knows SQLite's driver.
+//! no database, no I/O, no clock, no randomness), only the backend crates
+//! know a database driver, and the testkit stays a test-only dependency.
 //!
 //! Manifests are read with `toml_edit`, so inline tables, dotted keys,
 //! `[dependencies.x]` tables and target-specific sections are all seen.
@@ -327,6 +327,38 @@ fn only_backend_crates_depend_on_database_drivers() {
         assert!(
             library_dependency_closure(backend).contains("sqlx"),
             "{backend} should depend on sqlx; if it no longer does, update this test"
+        );
+    }
+}
+
+#[test]
+fn the_testkit_is_only_ever_a_dev_dependency() {
+    // The testkit opens databases of every backend; a library that depended
+    // on it would know every driver, and the engine's tests would link a
+    // second copy of anything the testkit depended on.
+    let members = workspace_members();
+    assert!(
+        members.contains_key("opledger-testkit"),
+        "the testkit is not a workspace member: update this test"
+    );
+    for member in members.keys().filter(|name| name.as_str() != "opledger-testkit") {
+        let closure = library_dependency_closure(member);
+        assert!(
+            !closure.contains("opledger-testkit"),
+            "{member}'s library depends on opledger-testkit; it is for tests only (dev-dependencies)"
+        );
+    }
+    let binary = build_dependencies(&manifest("Cargo.toml"));
+    assert!(
+        !binary.contains_key("opledger-testkit"),
+        "the opledger binary depends on opledger-testkit; it is for tests only (dev-dependencies)"
+    );
+    // Nor may the testkit know the engine: the engine's tests depend on it.
+    let testkit = library_dependency_closure("opledger-testkit");
+    for forbidden in ["opledger-engine", "opledger-worker"] {
+        assert!(
+            !testkit.contains(forbidden),
+            "opledger-testkit must not depend on {forbidden}: {testkit:?}"
         );
     }
 }

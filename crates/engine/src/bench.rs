@@ -192,6 +192,22 @@ pub struct TaskLifecycleRun {
     pub events: u64,
     /// Every claim call's latency, sorted, in microseconds.
     pub claim_latencies_us: Vec<u64>,
+    /// Every claim call as (tasks completed when it was asked, latency in
+    /// µs), in order of the first: how claim cost moves as finished
+    /// history grows.
+    pub claims_by_history: Vec<(u64, u64)>,
+}
+
+/// Claim latency over one slice of a run's finished history.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HistorySlice {
+    /// Tasks completed when the first claim of the slice was asked.
+    pub completed_from: u64,
+    /// Tasks completed when the slice ends.
+    pub completed_to: u64,
+    pub claims: usize,
+    pub p50_us: u64,
+    pub p99_us: u64,
 }
 
 impl TaskLifecycleRun {
@@ -200,9 +216,46 @@ impl TaskLifecycleRun {
         if self.claim_latencies_us.is_empty() {
             return 0;
         }
-        let index = ((self.claim_latencies_us.len() - 1) as f64 * fraction).round() as usize;
-        self.claim_latencies_us[index]
+        quantile(&self.claim_latencies_us, fraction)
     }
+
+    /// Claim latency in `slices` equal slices of the finished history (by
+    /// tasks completed when each claim was asked), so a claim cost that
+    /// grows with history shows as rising slices.
+    pub fn claim_latency_by_history(&self, slices: u64) -> Vec<HistorySlice> {
+        let slices = slices.max(1);
+        let width = self.tasks.div_ceil(slices).max(1);
+        let mut found = Vec::new();
+        for slice in 0..slices {
+            let (from, to) = (slice * width, ((slice + 1) * width).min(self.tasks));
+            let mut latencies: Vec<u64> = self
+                .claims_by_history
+                .iter()
+                .filter(|(completed, _)| *completed >= from && (*completed < to || (slice + 1 == slices)))
+                .map(|(_, latency)| *latency)
+                .collect();
+            if latencies.is_empty() {
+                continue;
+            }
+            latencies.sort_unstable();
+            found.push(HistorySlice {
+                completed_from: from,
+                completed_to: to,
+                claims: latencies.len(),
+                p50_us: quantile(&latencies, 0.5),
+                p99_us: quantile(&latencies, 0.99),
+            });
+        }
+        found
+    }
+}
+
+fn quantile(sorted: &[u64], fraction: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let index = ((sorted.len() - 1) as f64 * fraction).round() as usize;
+    sorted[index]
 }
 
 /// Registers `media` items (half the tasks: each gets `metadata` and
@@ -304,6 +357,7 @@ pub async fn run_task_lifecycle<S: opledger_store::Store>(
             let context = crate::CommandContext::actor(name.clone());
             let mut latencies = Vec::new();
             while completed.load(Ordering::SeqCst) < tasks {
+                let done_before = completed.load(Ordering::SeqCst);
                 let asked = std::time::Instant::now();
                 let claims = engine
                     .claim_tasks(
@@ -316,7 +370,7 @@ pub async fn run_task_lifecycle<S: opledger_store::Store>(
                         },
                     )
                     .await?;
-                latencies.push(asked.elapsed().as_micros() as u64);
+                latencies.push((done_before, asked.elapsed().as_micros() as u64));
                 if claims.is_empty() {
                     tokio::time::sleep(std::time::Duration::from_millis(1)).await;
                     continue;
@@ -343,14 +397,16 @@ pub async fn run_task_lifecycle<S: opledger_store::Store>(
     requester
         .await
         .map_err(|error| opledger_store::StoreError::unavailable(format!("requester task: {error}")))??;
-    let mut claim_latencies_us = Vec::new();
+    let mut claims_by_history = Vec::new();
     for handle in handles {
         let latencies = handle
             .await
             .map_err(|error| opledger_store::StoreError::unavailable(format!("worker task: {error}")))??;
-        claim_latencies_us.extend(latencies);
+        claims_by_history.extend(latencies);
     }
     let elapsed = started.elapsed();
+    claims_by_history.sort_unstable();
+    let mut claim_latencies_us: Vec<u64> = claims_by_history.iter().map(|(_, latency)| *latency).collect();
     claim_latencies_us.sort_unstable();
     let events = (engine.store().head().await? - head_before) as u64;
     Ok(TaskLifecycleRun {
@@ -360,5 +416,6 @@ pub async fn run_task_lifecycle<S: opledger_store::Store>(
         elapsed,
         events,
         claim_latencies_us,
+        claims_by_history,
     })
 }

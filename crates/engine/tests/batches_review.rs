@@ -5,10 +5,8 @@
 //! and repeated inputs; the review queue's routing and resolutions. Every
 //! scenario ends with `verify`: replay equals live.
 //!
-//! The scenarios are generic over the store; `backends!` runs each on
-//! SQLite and on PostgreSQL.
-
-mod support;
+//! The scenarios are generic over the backend; `backend_tests!` runs each
+//! on SQLite and on PostgreSQL.
 
 use opledger_domain::batches::{is_active, BatchStatus, ItemOutcome};
 use opledger_domain::decide::OperationCommand;
@@ -24,10 +22,10 @@ use opledger_engine::{
     SequentialIds, TaskClaim, TaskRequest, TaskTarget,
 };
 use opledger_store::{ExpectedVersion, Store, StreamAppend};
+use opledger_testkit::{backend_tests, Backend};
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use support::Backend;
 
 const T0: i64 = 1_700_000_000_000_000;
 
@@ -136,8 +134,8 @@ fn batch_request(name: &str, media: Vec<MediaId>, kinds: &[&str]) -> BatchReques
     }
 }
 
-pub async fn capability_goes_pending_to_succeeded_then_stale_and_back<B: Backend>(backend: B) {
-    let lab = lab(&backend, 1, &[]).await;
+async fn capability_goes_pending_to_succeeded_then_stale_and_back<B: Backend>(backend: &B) {
+    let lab = lab(backend, 1, &[]).await;
     let media_id = lab.media("a.png").await;
     assert!(lab.engine.capabilities(media_id).await.unwrap().is_empty());
     let requested = lab
@@ -176,7 +174,7 @@ pub async fn capability_goes_pending_to_succeeded_then_stale_and_back<B: Backend
     // A new build declares metadata version 2: startup's upkeep records the
     // result stale, on the operation's timeline.
     drop(lab);
-    let lab = lab_with(&backend, 1_000, &[("metadata", "2")]).await;
+    let lab = lab_with(backend, 1_000, &[("metadata", "2")]).await;
     let capability = lab.capability(media_id, "metadata").await;
     assert_eq!(capability.status, CapabilityStatus::Stale, "{capability:?}");
     assert_eq!(capability.current_version.as_deref(), Some("2"));
@@ -225,8 +223,8 @@ async fn lab_with<B: Backend>(backend: &B, ids_from: u128, versions: &[(&str, &s
     lab(backend, ids_from, versions).await
 }
 
-pub async fn batch_of_100_counts_exactly_through_failures_cancel_and_resume<B: Backend>(backend: B) {
-    let lab = lab(&backend, 1, &[]).await;
+async fn batch_of_100_counts_exactly_through_failures_cancel_and_resume<B: Backend>(backend: &B) {
+    let lab = lab(backend, 1, &[]).await;
     let mut media = Vec::new();
     for index in 0..100 {
         media.push(lab.media(&format!("item-{index:03}.png")).await);
@@ -335,8 +333,8 @@ pub async fn batch_of_100_counts_exactly_through_failures_cancel_and_resume<B: B
     lab.verify().await;
 }
 
-pub async fn restart_mid_batch_keeps_it_active_and_it_completes<B: Backend>(backend: B) {
-    let lab = lab(&backend, 1, &[]).await;
+async fn restart_mid_batch_keeps_it_active_and_it_completes<B: Backend>(backend: &B) {
+    let lab = lab(backend, 1, &[]).await;
     let mut media = Vec::new();
     for index in 0..10 {
         media.push(lab.media(&format!("r-{index}.png")).await);
@@ -381,7 +379,7 @@ pub async fn restart_mid_batch_keeps_it_active_and_it_completes<B: Backend>(back
     drop(lab);
 
     // A new process, long after every lease expired.
-    let lab = lab_with(&backend, 1_000, &[]).await;
+    let lab = lab_with(backend, 1_000, &[]).await;
     lab.clock.set(Timestamp::from_micros(T0 + 3_600_000_000));
     let batch = lab.batch_row(batch_id).await;
     assert_eq!(
@@ -409,8 +407,8 @@ pub async fn restart_mid_batch_keeps_it_active_and_it_completes<B: Backend>(back
     lab.verify().await;
 }
 
-pub async fn expired_lease_keeps_batch_active_until_recovered_work_completes<B: Backend>(backend: B) {
-    let lab = lab(&backend, 1, &[]).await;
+async fn expired_lease_keeps_batch_active_until_recovered_work_completes<B: Backend>(backend: &B) {
+    let lab = lab(backend, 1, &[]).await;
     let media_id = lab.media("slow.png").await;
     let batch_id = lab
         .engine
@@ -432,8 +430,8 @@ pub async fn expired_lease_keeps_batch_active_until_recovered_work_completes<B: 
     lab.verify().await;
 }
 
-pub async fn duplicate_and_repeated_inputs_do_not_inflate_progress<B: Backend>(backend: B) {
-    let lab = lab(&backend, 1, &[]).await;
+async fn duplicate_and_repeated_inputs_do_not_inflate_progress<B: Backend>(backend: &B) {
+    let lab = lab(backend, 1, &[]).await;
     let first = lab.media("one.png").await;
     let second = lab.media("two.png").await;
     // The same item and kind listed twice are one item each.
@@ -540,8 +538,8 @@ pub async fn duplicate_and_repeated_inputs_do_not_inflate_progress<B: Backend>(b
     lab.verify().await;
 }
 
-pub async fn review_queue_routes_resolves_and_closes_on_success<B: Backend>(backend: B) {
-    let lab = lab(&backend, 1, &[]).await;
+async fn review_queue_routes_resolves_and_closes_on_success<B: Backend>(backend: &B) {
+    let lab = lab(backend, 1, &[]).await;
     let media_id = lab.media("broken.png").await;
     for kind in ["metadata", "perceptual_hash"] {
         lab.engine
@@ -703,7 +701,7 @@ pub async fn review_queue_routes_resolves_and_closes_on_success<B: Backend>(back
     lab.verify().await;
 }
 
-backends!(
+backend_tests!(
     capability_goes_pending_to_succeeded_then_stale_and_back,
     batch_of_100_counts_exactly_through_failures_cancel_and_resume,
     restart_mid_batch_keeps_it_active_and_it_completes,

@@ -1,8 +1,11 @@
-//! The work protocol (SPEC §3) on real SQLite files and real connections:
+//! The work protocol (SPEC §3) on real databases and real connections, every
+//! test on each backend (SQLite and PostgreSQL, `opledger_testkit`):
 //! independence of task kinds, revisions requested while a worker runs,
 //! fencing of stale workers, the recovery race, many workers on separate
 //! connections, backoff and its replay, quarantine, cancellation, refusals,
-//! and removal of a media item.
+//! and removal of a media item. Each body is written once, generic over the
+//! backend; `backend_tests!` at the end makes `NAME::sqlite` and
+//! `NAME::postgres` of it.
 
 use futures::{StreamExt, TryStreamExt};
 use opledger_domain::events::{BoundingBox, Event};
@@ -14,7 +17,7 @@ use opledger_engine::{
     MAX_LEASE_MS,
 };
 use opledger_store::{ExpiredClaim, ScratchTarget, Store};
-use opledger_store_sqlite::{SqliteConfig, SqliteStore};
+use opledger_testkit::{backend_tests, Backend};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
@@ -25,25 +28,21 @@ use uuid::Uuid;
 
 const T0: i64 = 1_700_000_000_000_000;
 
-/// One engine on one fresh SQLite file, with a hand-moved clock, sequential
+/// One engine on one fresh database, with a hand-moved clock, sequential
 /// ids and a pinned jitter draw.
-struct Lab {
-    _folder: tempfile::TempDir,
-    engine: Engine<SqliteStore>,
+struct Lab<S: Store> {
+    engine: Engine<S>,
     clock: Arc<FixedClock>,
     context: CommandContext,
 }
 
-async fn lab(name: &str) -> Lab {
-    let folder = tempfile::tempdir().unwrap();
-    let path = folder.path().join(format!("{name}.db"));
-    let store = SqliteStore::open(SqliteConfig::at(&path)).await.unwrap();
+async fn lab<B: Backend>(backend: &B) -> Lab<B::Store> {
+    let store = backend.open().await;
     let clock = Arc::new(FixedClock::at(Timestamp::from_micros(T0)));
     let engine = Engine::with_clock(store, clock.clone(), Arc::new(SequentialIds::default()))
         .with_jitter(Arc::new(FixedJitter(500)));
     engine.startup().await.unwrap();
     Lab {
-        _folder: folder,
         engine,
         clock,
         context: CommandContext::actor("test"),
@@ -83,7 +82,7 @@ fn claim_request(kinds: &[&str], worker: &str, lease_ms: i64, limit: usize) -> C
     }
 }
 
-impl Lab {
+impl<S: Store> Lab<S> {
     fn now(&self) -> Timestamp {
         opledger_engine::Clock::now(self.clock.as_ref())
     }
@@ -179,7 +178,7 @@ fn assert_not_found<T: std::fmt::Debug>(result: Result<T, EngineError>, what: &s
 
 /// Runs a command whose future the compiler cannot prove `Send` for every
 /// lifetime ("implementation of `Send` is not general enough" on
-/// `&Engine<SqliteStore>`), from a future that must be `Send` (a recovery
+/// `&Engine<S>`), from a future that must be `Send` (a recovery
 /// hook): the future is built and driven on a blocking thread.
 async fn off_task<T, F, Fut>(make: F) -> T
 where
@@ -212,9 +211,8 @@ impl SplitMix64 {
 
 // ---------------------------------------------------------------------------
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_task_kinds_on_one_media_item_progress_independently() {
-    let lab = lab("kinds").await;
+async fn two_task_kinds_on_one_media_item_progress_independently<B: Backend>(backend: &B) {
+    let lab = lab(backend).await;
     let media = lab.media("a.png").await;
     let target = TaskTarget::Media(media);
     let metadata = lab.request(target, "metadata", inputs_for("metadata"), 0).await;
@@ -301,9 +299,8 @@ async fn two_task_kinds_on_one_media_item_progress_independently() {
     lab.verify().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_new_revision_requested_while_the_old_one_runs_is_never_lost() {
-    let lab = lab("revisions").await;
+async fn a_new_revision_requested_while_the_old_one_runs_is_never_lost<B: Backend>(backend: &B) {
+    let lab = lab(backend).await;
     let media = lab.media("b.png").await;
     let target = TaskTarget::Media(media);
     let r1 = lab
@@ -431,9 +428,8 @@ async fn a_new_revision_requested_while_the_old_one_runs_is_never_lost() {
     lab.verify().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stale_worker_cannot_heartbeat_progress_complete_or_fail() {
-    let lab = lab("stale").await;
+async fn a_stale_worker_cannot_heartbeat_progress_complete_or_fail<B: Backend>(backend: &B) {
+    let lab = lab(backend).await;
     let media = lab.media("c.png").await;
     let operation = lab
         .request(TaskTarget::Media(media), "thumbnail", inputs_for("thumbnail"), 0)
@@ -564,10 +560,9 @@ impl Gap {
 
 const GAP_KINDS: [&str; 3] = ["metadata", "thumbnail", "perceptual_hash"];
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn recovery_never_undoes_a_completion_that_lands_between_its_read_and_its_write() {
+async fn recovery_never_undoes_a_completion_that_lands_between_its_read_and_its_write<B: Backend>(backend: &B) {
     const SEEDS: u64 = 500;
-    let lab = lab("rescuer").await;
+    let lab = lab(backend).await;
     let started = Instant::now();
     let mut seen_actions: BTreeMap<&'static str, u64> = BTreeMap::new();
     for seed in 0..SEEDS {
@@ -859,14 +854,11 @@ async fn recovery_never_undoes_a_completion_that_lands_between_its_read_and_its_
     lab.verify().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn sixteen_workers_on_separate_connections_drain_ten_thousand_tasks_exactly_once() {
+async fn sixteen_workers_on_separate_connections_drain_ten_thousand_tasks_exactly_once<B: Backend>(backend: &B) {
     const MEDIA: usize = 5_000;
     const KINDS: [&str; 2] = ["metadata", "thumbnail"];
     const WORKERS: usize = 16;
-    let folder = tempfile::tempdir().unwrap();
-    let path = folder.path().join("drain.db");
-    let setup_store = SqliteStore::open(SqliteConfig::at(&path)).await.unwrap();
+    let setup_store = backend.open().await;
     let (setup, _) = Engine::open(setup_store).await.unwrap();
     let context = CommandContext::actor("setup");
 
@@ -919,8 +911,7 @@ async fn sixteen_workers_on_separate_connections_drain_ten_thousand_tasks_exactl
     // writer task), its own engine with the system clock.
     let mut engines = Vec::new();
     for _ in 0..WORKERS {
-        let store = SqliteStore::open(SqliteConfig::at(&path)).await.unwrap();
-        engines.push(Engine::new(store));
+        engines.push(Engine::new(backend.open().await));
     }
     let started = Instant::now();
     let workers: Vec<_> = engines
@@ -1037,7 +1028,7 @@ async fn sixteen_workers_on_separate_connections_drain_ten_thousand_tasks_exactl
 
 /// Fails a fresh `kind` task until its attempts run out, checking every
 /// step; returns the operation.
-async fn fail_until_exhausted(lab: &Lab, kind: &str) -> OperationId {
+async fn fail_until_exhausted<S: Store>(lab: &Lab<S>, kind: &str) -> OperationId {
     let media = lab.media(&format!("{kind}.png")).await;
     let operation = lab
         .request(TaskTarget::Media(media), kind, inputs_for(kind), 0)
@@ -1103,9 +1094,10 @@ async fn fail_until_exhausted(lab: &Lab, kind: &str) -> OperationId {
     operation
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn failures_back_off_exponentially_until_the_attempts_run_out_and_replay_reproduces_available_at() {
-    let lab = lab("backoff").await;
+async fn failures_back_off_exponentially_until_the_attempts_run_out_and_replay_reproduces_available_at<B: Backend>(
+    backend: &B,
+) {
+    let lab = lab(backend).await;
     let thumbnail = fail_until_exhausted(&lab, "thumbnail").await;
     let tagging = fail_until_exhausted(&lab, "auto_tagging").await;
 
@@ -1149,9 +1141,8 @@ async fn failures_back_off_exponentially_until_the_attempts_run_out_and_replay_r
     scratch.discard().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_item_interrupted_too_often_is_quarantined() {
-    let lab = lab("quarantine").await;
+async fn an_item_interrupted_too_often_is_quarantined<B: Backend>(backend: &B) {
+    let lab = lab(backend).await;
     let media = lab.media("poison.png").await;
     let operation = lab
         .request(TaskTarget::Media(media), "thumbnail", inputs_for("thumbnail"), 0)
@@ -1182,9 +1173,10 @@ async fn an_item_interrupted_too_often_is_quarantined() {
     lab.verify().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cancel_of_a_claimed_task_waits_for_the_worker_and_recovery_finishes_a_dead_workers_cancel() {
-    let lab = lab("cancel").await;
+async fn cancel_of_a_claimed_task_waits_for_the_worker_and_recovery_finishes_a_dead_workers_cancel<B: Backend>(
+    backend: &B,
+) {
+    let lab = lab(backend).await;
     let media = lab.media("cancel.png").await;
     let target = TaskTarget::Media(media);
 
@@ -1356,9 +1348,8 @@ async fn cancel_of_a_claimed_task_waits_for_the_worker_and_recovery_finishes_a_d
     lab.verify().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bad_requests_are_refused_and_append_nothing() {
-    let lab = lab("refusals").await;
+async fn bad_requests_are_refused_and_append_nothing<B: Backend>(backend: &B) {
+    let lab = lab(backend).await;
     let media = lab.media("ok.png").await;
     let bare = lab
         .engine
@@ -1527,9 +1518,8 @@ async fn bad_requests_are_refused_and_append_nothing() {
     lab.verify().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn removing_a_media_item_removes_its_processing_states_and_replay_agrees() {
-    let lab = lab("removal").await;
+async fn removing_a_media_item_removes_its_processing_states_and_replay_agrees<B: Backend>(backend: &B) {
+    let lab = lab(backend).await;
     let media = lab.media("gone.png").await;
     let keep = lab.media("kept.png").await;
     let region = lab
@@ -1606,3 +1596,16 @@ async fn removing_a_media_item_removes_its_processing_states_and_replay_agrees()
     );
     lab.verify().await;
 }
+
+backend_tests!(
+    two_task_kinds_on_one_media_item_progress_independently,
+    a_new_revision_requested_while_the_old_one_runs_is_never_lost,
+    a_stale_worker_cannot_heartbeat_progress_complete_or_fail,
+    recovery_never_undoes_a_completion_that_lands_between_its_read_and_its_write,
+    failures_back_off_exponentially_until_the_attempts_run_out_and_replay_reproduces_available_at,
+    an_item_interrupted_too_often_is_quarantined,
+    cancel_of_a_claimed_task_waits_for_the_worker_and_recovery_finishes_a_dead_workers_cancel,
+    bad_requests_are_refused_and_append_nothing,
+    removing_a_media_item_removes_its_processing_states_and_replay_agrees,
+);
+backend_tests!(worker_threads = 4; sixteen_workers_on_separate_connections_drain_ten_thousand_tasks_exactly_once);

@@ -1,6 +1,7 @@
-//! The work protocol end to end on one real SQLite file: the paths every
-//! worker takes (request, claim, heartbeat, progress, complete, fail,
-//! supersede, recover), checked against the projected state and replay.
+//! The work protocol end to end on one real database of each backend
+//! (SQLite and PostgreSQL, `opledger_testkit`): the paths every worker takes
+//! (request, claim, heartbeat, progress, complete, fail, supersede, recover),
+//! checked against the projected state and replay.
 
 use opledger_domain::OperationStatus;
 use opledger_domain::Timestamp;
@@ -9,16 +10,12 @@ use opledger_engine::{
     TaskRequest, TaskTarget,
 };
 use opledger_store::Store;
-use opledger_store_sqlite::{SqliteConfig, SqliteStore};
+use opledger_testkit::{backend_tests, Backend};
 use serde_json::json;
 use std::sync::Arc;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_task_goes_from_request_to_completion_and_replay_agrees() {
-    let folder = tempfile::tempdir().unwrap();
-    let store = SqliteStore::open(SqliteConfig::at(folder.path().join("smoke.db")))
-        .await
-        .unwrap();
+async fn a_task_goes_from_request_to_completion_and_replay_agrees<B: Backend>(backend: &B) {
+    let store = backend.open().await;
     let clock = Arc::new(FixedClock::at(Timestamp::from_micros(1_700_000_000_000_000)));
     let engine = Engine::with_clock(store, clock.clone(), Arc::new(SequentialIds::default()))
         .with_jitter(Arc::new(FixedJitter(500)));
@@ -178,16 +175,20 @@ async fn a_task_goes_from_request_to_completion_and_replay_agrees() {
     assert_eq!(view.state.attempt_count, 3);
     assert_eq!(view.state.failure_count, 1);
     assert_eq!(view.state.interruption_count, 1);
+    assert_eq!(
+        engine
+            .store()
+            .count_by(&opledger_domain::projections::MEDIA_STATES_TABLE, "status")
+            .await
+            .unwrap(),
+        vec![(Some("succeeded".to_string()), 1)]
+    );
     let verify = engine.verify().await.unwrap();
     assert!(verify.is_identical(), "{}", verify.render());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn batched_requests_and_completions_answer_each_item_on_its_own() {
-    let folder = tempfile::tempdir().unwrap();
-    let store = SqliteStore::open(SqliteConfig::at(folder.path().join("batch.db")))
-        .await
-        .unwrap();
+async fn batched_requests_and_completions_answer_each_item_on_its_own<B: Backend>(backend: &B) {
+    let store = backend.open().await;
     let engine = Engine::with_clock(
         store,
         Arc::new(FixedClock::at(Timestamp::from_micros(1_700_000_000_000_000))),
@@ -296,12 +297,8 @@ async fn batched_requests_and_completions_answer_each_item_on_its_own() {
 /// Worker fleets spawn each command onto the runtime; every work-protocol
 /// command's future must be `Send` for that (a regression here is a compile
 /// error in this test).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn work_protocol_commands_run_on_spawned_tasks() {
-    let folder = tempfile::tempdir().unwrap();
-    let store = SqliteStore::open(SqliteConfig::at(folder.path().join("spawn.db")))
-        .await
-        .unwrap();
+async fn work_protocol_commands_run_on_spawned_tasks<B: Backend>(backend: &B) {
+    let store = backend.open().await;
     let (engine, _) = Engine::open(store).await.unwrap();
     let context = CommandContext::actor("spawned");
     let media = engine
@@ -379,12 +376,8 @@ async fn work_protocol_commands_run_on_spawned_tasks() {
     tokio::spawn(async move { e.recover(&c).await }).await.unwrap().unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn removing_a_media_item_cancels_its_unfinished_tasks_and_ends_their_claims() {
-    let folder = tempfile::tempdir().unwrap();
-    let store = SqliteStore::open(SqliteConfig::at(folder.path().join("remove.db")))
-        .await
-        .unwrap();
+async fn removing_a_media_item_cancels_its_unfinished_tasks_and_ends_their_claims<B: Backend>(backend: &B) {
+    let store = backend.open().await;
     let (engine, _) = Engine::open(store).await.unwrap();
     let context = CommandContext::actor("test");
     let media = engine
@@ -462,3 +455,10 @@ async fn removing_a_media_item_cancels_its_unfinished_tasks_and_ends_their_claim
     let verify = engine.verify().await.unwrap();
     assert!(verify.is_identical(), "{}", verify.render());
 }
+
+backend_tests!(
+    a_task_goes_from_request_to_completion_and_replay_agrees,
+    batched_requests_and_completions_answer_each_item_on_its_own,
+    work_protocol_commands_run_on_spawned_tasks,
+    removing_a_media_item_cancels_its_unfinished_tasks_and_ends_their_claims,
+);

@@ -58,23 +58,23 @@
 mod config;
 mod ddl;
 mod error;
+pub mod floor;
 mod rows;
 mod scratch;
 pub mod tx;
 mod work;
+mod writer;
 
 pub use config::PostgresConfig;
 pub use scratch::PostgresScratch;
 pub use tx::PostgresTx;
 
 use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
-use futures::FutureExt;
 use opledger_domain::projections::{all_specs, Cell, ColumnType, Row, TableSpec};
 use opledger_domain::{EventEnvelope, StreamId, Timestamp};
 use opledger_store::{BoxFuture, ExpiredClaim, Lease, ProjectionState, Store, StoreError};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, PgConnection, PgPool, Row as _};
-use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -95,7 +95,8 @@ pub struct PostgresStore {
 
 struct Inner {
     config: PostgresConfig,
-    writers: PgPool,
+    /// Work for the writer task (group commit, `writer.rs`).
+    writer: tokio::sync::mpsc::Sender<Box<dyn writer::Job>>,
     readers: PgPool,
     statistics: Statistics,
 }
@@ -133,44 +134,29 @@ impl PostgresStore {
         let writers = pool(&options, config.write_connections);
         let readers = pool(&options, config.read_connections);
         tx::ensure_projection_tables(&writers).await?;
-        let store = PostgresStore {
-            inner: Arc::new(Inner {
-                config,
-                writers,
-                readers,
-                statistics: Statistics {
-                    next_check: AtomicI64::new(0),
-                    checking: AtomicBool::new(false),
-                },
-            }),
-        };
+        let (queue, jobs) = tokio::sync::mpsc::channel(1024);
+        let inner = Arc::new(Inner {
+            config,
+            writer: queue,
+            readers,
+            statistics: Statistics {
+                next_check: AtomicI64::new(0),
+                checking: AtomicBool::new(false),
+            },
+        });
+        // The writer task holds the store weakly: it ends once every handle
+        // (and with them every sender) is dropped.
+        let weak = Arc::downgrade(&inner);
+        tokio::spawn(writer::run(writers, jobs, move |head| {
+            if let Some(inner) = weak.upgrade() {
+                check_statistics(&inner, head);
+            }
+        }));
+        let store = PostgresStore { inner };
         // An existing database may never have been analyzed.
         let head = store.head().await?;
-        store.check_statistics(head);
+        check_statistics(&store.inner, head);
         Ok(store)
-    }
-
-    /// Starts a statistics check in the background when the log has grown
-    /// past the next checkpoint (see [`Statistics`]).
-    fn check_statistics(&self, head: i64) {
-        let statistics = &self.inner.statistics;
-        if head < FIRST_STATISTICS_CHECK || head < statistics.next_check.load(Ordering::Relaxed) {
-            return;
-        }
-        if statistics.checking.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let inner = self.inner.clone();
-        tokio::spawn(async move {
-            if let Err(error) = analyze_if_stale(&inner.readers, head).await {
-                tracing::warn!(%error, "refreshing planner statistics");
-            }
-            inner
-                .statistics
-                .next_check
-                .store(head.saturating_mul(2), Ordering::Relaxed);
-            inner.statistics.checking.store(false, Ordering::Release);
-        });
     }
 
     pub fn config(&self) -> &PostgresConfig {
@@ -185,6 +171,29 @@ impl PostgresStore {
             .await
             .map_err(|error| error::map(error, &format!("connecting to {}", self.inner.config.describe())))
     }
+}
+
+/// Starts a statistics check in the background when the log has grown
+/// past the next checkpoint (see [`Statistics`]).
+fn check_statistics(inner: &Arc<Inner>, head: i64) {
+    let statistics = &inner.statistics;
+    if head < FIRST_STATISTICS_CHECK || head < statistics.next_check.load(Ordering::Relaxed) {
+        return;
+    }
+    if statistics.checking.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let inner = inner.clone();
+    tokio::spawn(async move {
+        if let Err(error) = analyze_if_stale(&inner.readers, head).await {
+            tracing::warn!(%error, "refreshing planner statistics");
+        }
+        inner
+            .statistics
+            .next_check
+            .store(head.saturating_mul(2), Ordering::Relaxed);
+        inner.statistics.checking.store(false, Ordering::Release);
+    });
 }
 
 fn connect_options(config: &PostgresConfig) -> PgConnectOptions {
@@ -263,40 +272,6 @@ async fn analyze_if_stale(pool: &PgPool, head: i64) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Runs one piece of work in its own write transaction: commit on `Ok`,
-/// roll back on `Err` or a panic (reported as Unavailable, as SQLite's
-/// writer reports a panicking piece).
-async fn run_write<R, E, F>(writers: PgPool, work: F) -> (Result<R, E>, Option<i64>)
-where
-    R: Send + 'static,
-    E: From<StoreError> + Send + 'static,
-    F: for<'t> FnOnce(&'t mut PostgresTx) -> BoxFuture<'t, Result<R, E>> + Send + 'static,
-{
-    let mut tx = match PostgresTx::begin(&writers).await {
-        Ok(tx) => tx,
-        Err(error) => return (Err(E::from(error)), None),
-    };
-    let outcome = AssertUnwindSafe(work(&mut tx)).catch_unwind().await;
-    match outcome {
-        Ok(Ok(value)) => {
-            let head = tx.known_head();
-            match tx.commit().await {
-                Ok(()) => (Ok(value), head),
-                Err(error) => (Err(E::from(error)), None),
-            }
-        }
-        Ok(Err(error)) => {
-            tx.rollback().await;
-            (Err(error), None)
-        }
-        Err(_) => {
-            tx.rollback().await;
-            let error = StoreError::unavailable("the write work panicked; everything it did was rolled back");
-            (Err(E::from(error)), None)
-        }
-    }
-}
-
 impl Store for PostgresStore {
     type Tx = PostgresTx;
     type Scratch = PostgresScratch;
@@ -311,22 +286,20 @@ impl Store for PostgresStore {
         E: From<StoreError> + Send + 'static,
         F: for<'t> FnOnce(&'t mut Self::Tx) -> BoxFuture<'t, Result<R, E>> + Send + 'static,
     {
-        let store = self.clone();
+        let (sender, receiver) = tokio::sync::oneshot::channel();
+        let job: Box<dyn writer::Job> = Box::new(writer::WorkJob::new(work, sender));
+        let queue = self.inner.writer.clone();
         async move {
-            // A task of its own: once started, the transaction runs to its
-            // commit or rollback even if the caller stops waiting, as it
-            // would on SQLite's writer.
-            match tokio::spawn(run_write(store.inner.writers.clone(), work)).await {
-                Ok((result, head)) => {
-                    if let Some(head) = head {
-                        store.check_statistics(head);
-                    }
-                    result
-                }
-                Err(error) => Err(E::from(StoreError::unavailable(format!(
-                    "the PostgreSQL write task stopped: {error}"
-                )))),
+            // Queued for the writer task: once started, the piece runs to its
+            // group's commit or rollback even if the caller stops waiting.
+            if queue.send(job).await.is_err() {
+                return Err(E::from(StoreError::unavailable("the PostgreSQL writer has stopped")));
             }
+            receiver.await.unwrap_or_else(|_| {
+                Err(E::from(StoreError::unavailable(
+                    "the write work panicked (or the writer stopped); everything it did was rolled back",
+                )))
+            })
         }
     }
 

@@ -26,6 +26,13 @@ pub const APPEND_LOCK: i64 = 0x6f70_6c65_6467_6572;
 /// reports the database unavailable, as SQLite's busy timeout does.
 const LOCK_TIMEOUT: &str = "30s";
 
+/// The caches of a [`PostgresTx`] as a piece of a group found them.
+pub(crate) struct Checkpoint {
+    head: Option<i64>,
+    positions: Option<BTreeMap<String, (i64, i64)>>,
+    tables: TableSet,
+}
+
 /// A pooled connection while it holds a write transaction.
 pub struct PostgresTx {
     /// Some until the transaction ends; a transaction dropped while open
@@ -108,6 +115,51 @@ impl PostgresTx {
     /// The log head as this transaction last knew it (after its appends).
     pub(crate) fn known_head(&self) -> Option<i64> {
         self.head
+    }
+
+    /// Opens the savepoint the first piece of a group runs in, after
+    /// sending anything gathered before.
+    pub(crate) async fn open_savepoint(&mut self) -> Result<(), StoreError> {
+        let connection = self.conn().await?;
+        rows::script(connection, "SAVEPOINT piece")
+            .await
+            .map_err(|error| map(error, "opening a savepoint"))
+    }
+
+    /// What a piece may change in this transaction's caches, as it starts.
+    pub(crate) fn checkpoint(&self) -> Checkpoint {
+        Checkpoint {
+            head: self.head,
+            positions: self.positions.clone(),
+            tables: self.tables,
+        }
+    }
+
+    /// Keeps a piece that succeeded: sends what it gathered (a refusal
+    /// fails this piece, which can still be rolled back), then releases its
+    /// savepoint and opens the next piece's in the same round trip. The
+    /// last piece's savepoint is left to COMMIT.
+    pub(crate) async fn keep_piece(&mut self, another_follows: bool) -> Result<(), StoreError> {
+        let connection = self.conn().await?;
+        if another_follows {
+            rows::script(connection, "RELEASE SAVEPOINT piece; SAVEPOINT piece")
+                .await
+                .map_err(|error| map(error, "releasing a savepoint"))?;
+        }
+        Ok(())
+    }
+
+    /// Undoes a piece that failed: back to its savepoint in the database
+    /// (which also clears a statement error that aborted the transaction)
+    /// and in the caches. The savepoint stays, for the next piece.
+    pub(crate) async fn undo_piece(&mut self, checkpoint: Checkpoint) -> Result<(), StoreError> {
+        self.pending_leases.clear();
+        self.head = checkpoint.head;
+        self.positions = checkpoint.positions;
+        self.tables = checkpoint.tables;
+        rows::script(self.raw_conn(), "ROLLBACK TO SAVEPOINT piece")
+            .await
+            .map_err(|error| map(error, "rolling back to a savepoint"))
     }
 
     /// Sends the gathered writes and commits. The connection goes back to

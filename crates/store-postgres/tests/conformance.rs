@@ -4,12 +4,10 @@
 //! parallel. No server there: each test says so loudly and passes, unless
 //! `CI=true`, where it fails.
 
-mod support;
-
 use opledger_store::conformance_tests;
 
 conformance_tests!({
-    match support::harness().await {
+    match opledger_testkit::postgres::backend().await {
         Some(harness) => std::future::ready(harness),
         // No server (and not CI): the check is skipped, loudly.
         None => return,

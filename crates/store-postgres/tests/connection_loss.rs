@@ -1,8 +1,8 @@
 //! A backend connection terminated mid-transaction (`pg_terminate_backend`,
 //! as an operator or a failover would) surfaces as Unavailable, leaves
-//! nothing of the transaction behind, and a retry succeeds exactly once.
-
-mod support;
+//! nothing of the transaction behind, and a retry succeeds exactly once: at
+//! the store (a write's statement or its COMMIT meets the dead connection)
+//! and through an engine command (a worker's fenced completion).
 
 use futures::TryStreamExt;
 use opledger_domain::ids::MediaId;
@@ -24,7 +24,7 @@ fn append_for(media_id: MediaId) -> Vec<StreamAppend> {
 
 /// Terminates every other backend of the database that is inside a
 /// transaction; returns how many.
-async fn terminate_open_transactions(harness: &support::PostgresHarness) -> i64 {
+async fn terminate_open_transactions(harness: &opledger_testkit::PostgresBackend) -> i64 {
     let mut connection = harness.connect().await;
     let (terminated,): (i64,) = sqlx::query_as(
         "SELECT COUNT(pg_terminate_backend(pid)) FROM pg_stat_activity \
@@ -40,7 +40,7 @@ async fn terminate_open_transactions(harness: &support::PostgresHarness) -> i64 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_terminated_backend_is_unavailable_and_a_retry_appends_exactly_once() {
-    let Some(harness) = support::harness().await else {
+    let Some(harness) = opledger_testkit::postgres::backend().await else {
         return;
     };
     let store = harness.open().await;
@@ -91,4 +91,130 @@ async fn a_terminated_backend_is_unavailable_and_a_retry_appends_exactly_once() 
     let all: Vec<_> = store.read_all(0, 10).try_collect().await.unwrap();
     assert_eq!(all.len(), 1);
     assert_eq!(store.read_stream(&StreamId::media(media_id)).await.unwrap().len(), 1);
+}
+
+/// The pids of this database's backends waiting for the append lock.
+async fn waiting_for_the_append_lock(harness: &opledger_testkit::PostgresBackend) -> Vec<i32> {
+    let mut connection = harness.connect().await;
+    let pids: Vec<(i32,)> = sqlx::query_as(
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() \
+         AND wait_event_type = 'Lock' AND wait_event = 'advisory'",
+    )
+    .fetch_all(&mut connection)
+    .await
+    .unwrap();
+    let _ = connection.close().await;
+    pids.into_iter().map(|(pid,)| pid).collect()
+}
+
+/// Through the engine: a command whose connection is terminated inside its
+/// transaction (here while it waits behind another writer for the append
+/// lock, as in a failover or an operator's cleanup under load) fails with
+/// Unavailable (exit 5 at the CLI), changes nothing, and the same command
+/// retried applies exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_whose_connection_is_terminated_is_unavailable_and_its_retry_applies_once() {
+    use opledger_domain::events::Event;
+    use opledger_domain::OperationStatus;
+    use opledger_engine::{ClaimRequest, CommandContext, Completion, Engine, EngineError, TaskRequest, TaskTarget};
+    use serde_json::json;
+
+    let Some(harness) = opledger_testkit::postgres::backend().await else {
+        return;
+    };
+    let (engine, _) = Engine::open(harness.open().await).await.unwrap();
+    let context = CommandContext::actor("test");
+    let media = engine
+        .register_media(&context, "/t/1.png", "image", Some("sha256:1".into()), None)
+        .await
+        .unwrap();
+    let request = TaskRequest {
+        target: TaskTarget::Media(media),
+        kind: "metadata".into(),
+        inputs: json!({}),
+        priority: 0,
+    };
+    let operation = engine.request_task(&context, request).await.unwrap().operation_id;
+    let claim = engine
+        .claim_tasks(
+            &context,
+            ClaimRequest {
+                kinds: vec![],
+                worker: "w".into(),
+                lease_ms: 60_000,
+                limit: 1,
+            },
+        )
+        .await
+        .unwrap()
+        .remove(0);
+    let head = engine.store().head().await.unwrap();
+
+    // Another writer holds the append lock, so the command's transaction
+    // is open and waiting when its backend is terminated.
+    let mut holder = harness.connect().await;
+    sqlx::Executor::execute(
+        &mut holder,
+        format!(
+            "BEGIN; SELECT pg_advisory_xact_lock({})",
+            opledger_store_postgres::tx::APPEND_LOCK
+        )
+        .as_str(),
+    )
+    .await
+    .unwrap();
+    let completing = {
+        let (engine, context, fence) = (engine.clone(), context.clone(), claim.fence());
+        tokio::spawn(async move {
+            engine
+                .complete_task(&context, &fence, Completion::Output(json!({"width": 1})))
+                .await
+        })
+    };
+    let waiting = loop {
+        let waiting = waiting_for_the_append_lock(&harness).await;
+        if !waiting.is_empty() {
+            break waiting;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    };
+    assert_eq!(waiting.len(), 1, "only the command waits: {waiting:?}");
+    let mut terminator = harness.connect().await;
+    let (terminated,): (bool,) = sqlx::query_as("SELECT pg_terminate_backend($1)")
+        .bind(waiting[0])
+        .fetch_one(&mut terminator)
+        .await
+        .unwrap();
+    assert!(terminated);
+    let _ = terminator.close().await;
+    sqlx::Executor::execute(&mut holder, "ROLLBACK").await.unwrap();
+    let _ = holder.close().await;
+
+    let error = completing.await.unwrap().expect_err("the command's connection is gone");
+    assert!(
+        error.is_store(ErrorKind::Unavailable),
+        "a lost connection is Unavailable: {error:?}"
+    );
+    assert!(matches!(error, EngineError::Store(_)));
+    assert_eq!(engine.store().head().await.unwrap(), head, "nothing was appended");
+    let view = engine.task_by_operation(operation).await.unwrap().unwrap();
+    assert_eq!(view.state.status, OperationStatus::Leased);
+    assert_eq!(view.state.claim_token.as_deref(), Some(claim.claim_token.as_str()));
+
+    // The worker retries its report: it applies once.
+    let outcome = engine
+        .complete_task(&context, &claim.fence(), Completion::Output(json!({"width": 1})))
+        .await
+        .unwrap();
+    assert_eq!(outcome.status, OperationStatus::Succeeded);
+    let successes = engine
+        .timeline(operation)
+        .await
+        .unwrap()
+        .iter()
+        .filter(|event| matches!(event.event, Event::OperationSucceeded(_)))
+        .count();
+    assert_eq!(successes, 1);
+    let verify = engine.verify().await.unwrap();
+    assert!(verify.is_identical(), "{}", verify.render());
 }

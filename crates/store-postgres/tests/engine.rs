@@ -1,38 +1,36 @@
-//! The backend under the engine: the paths the conformance suite does not
-//! reach on its own (shadow rebuild and swap, scratch copies, verify's
-//! comparison, counts), driven end to end on PostgreSQL. Each test skips
-//! like the conformance suite when no server answers.
-
-mod support;
+//! The backend under the engine, where PostgreSQL's own catalog shows the
+//! effect: shadow rebuild and swap (names, indexes, foreign keys after the
+//! swap), scratch schemas dropped after verify, verify's comparison of a
+//! spoiled row. The work protocol's behaviour tests run on this backend from
+//! the engine's own test files (`crates/engine/tests/work_*.rs`, through
+//! `opledger_testkit::backend_tests!`). Each test skips like the conformance
+//! suite when no server answers.
 
 use opledger_domain::events::{Event, OperationCreated, OperationTarget};
 use opledger_domain::projections::{MEDIA_STATES_TABLE, MEDIA_TABLE, OPERATIONS_TABLE};
 use opledger_domain::{NewEvent, OperationId, OperationStatus, StreamId, Timestamp};
-use opledger_engine::{
-    ClaimRequest, CommandContext, Completion, Engine, FixedClock, FixedJitter, NewOperation, Progress, SequentialIds,
-    TaskRequest, TaskTarget,
-};
+use opledger_engine::{CommandContext, Engine, NewOperation, TaskRequest, TaskTarget};
 use opledger_store::conformance::Harness;
 use opledger_store::{ExpectedVersion, Store, StoreError, StreamAppend, WriteTx};
 use opledger_store_postgres::PostgresStore;
+use opledger_testkit::PostgresBackend;
 use serde_json::json;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use support::PostgresHarness;
 use uuid::Uuid;
 
-async fn harness() -> Option<PostgresHarness> {
-    support::harness().await
+async fn harness() -> Option<PostgresBackend> {
+    opledger_testkit::postgres::backend().await
 }
 
-async fn raw(harness: &PostgresHarness, sql: &str) {
+async fn raw(harness: &PostgresBackend, sql: &str) {
     harness
         .execute_raw(sql)
         .await
         .unwrap_or_else(|error| panic!("{sql}: {error}"));
 }
 
-async fn names_like(harness: &PostgresHarness, sql: &str) -> Vec<String> {
+async fn names_like(harness: &PostgresBackend, sql: &str) -> Vec<String> {
     let mut connection = harness.connect().await;
     let rows: Vec<(String,)> = sqlx::query_as(sql).fetch_all(&mut connection).await.unwrap();
     let _ = sqlx::Connection::close(connection).await;
@@ -64,135 +62,6 @@ fn created(n: u128) -> StreamAppend {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_task_goes_from_request_to_completion_and_replay_agrees() {
-    let Some(harness) = harness().await else { return };
-    let clock = Arc::new(FixedClock::at(Timestamp::from_micros(1_700_000_000_000_000)));
-    let engine = Engine::with_clock(harness.open().await, clock.clone(), Arc::new(SequentialIds::default()))
-        .with_jitter(Arc::new(FixedJitter(500)));
-    engine.startup().await.unwrap();
-    let context = CommandContext::actor("test");
-    let media = engine
-        .register_media(&context, "/photos/a.png", "image", Some("sha256:aa".into()), Some(10))
-        .await
-        .unwrap();
-    let request = TaskRequest {
-        target: TaskTarget::Media(media),
-        kind: "thumbnail".into(),
-        // Keys out of order: stored text must come back as written.
-        inputs: json!({"max_side": 256, "format": "png"}),
-        priority: 0,
-    };
-    let first = engine.request_task(&context, request.clone()).await.unwrap();
-    assert!(first.created);
-    assert!(!engine.request_task(&context, request.clone()).await.unwrap().created);
-    let claim_request = |worker: &str, lease_ms| ClaimRequest {
-        kinds: vec![],
-        worker: worker.into(),
-        lease_ms,
-        limit: 10,
-    };
-    let claim = engine
-        .claim_tasks(&context, claim_request("w1", 30_000))
-        .await
-        .unwrap()
-        .remove(0);
-    assert!(!engine.heartbeat(&claim.fence(), None).await.unwrap().cancel_requested);
-    for processed in [1, 2] {
-        let progress = Progress {
-            phase: "writing".into(),
-            processed,
-            total: Some(2),
-        };
-        engine
-            .report_progress(&context, &claim.fence(), progress)
-            .await
-            .unwrap();
-    }
-    // A new revision while the worker runs: its completion is recorded
-    // against the old revision and the task is queued again.
-    let newer = engine
-        .request_task(
-            &context,
-            TaskRequest {
-                inputs: json!({"max_side": 512, "format": "png"}),
-                ..request.clone()
-            },
-        )
-        .await
-        .unwrap();
-    let outcome = engine
-        .complete_task(&context, &claim.fence(), Completion::Output(json!({"path": "a.png"})))
-        .await
-        .unwrap();
-    assert_eq!(outcome.status, OperationStatus::Queued);
-    assert_eq!(outcome.requested_revision, newer.requested_revision);
-
-    let claim = engine
-        .claim_tasks(&context, claim_request("w2", 30_000))
-        .await
-        .unwrap()
-        .remove(0);
-    let failed = engine
-        .fail_task(&context, &claim.fence(), "disk full", false)
-        .await
-        .unwrap();
-    assert_eq!(failed.status, OperationStatus::RetryWaiting);
-    // Not due yet: nothing to claim.
-    assert!(engine
-        .claim_tasks(&context, claim_request("w3", 1_000))
-        .await
-        .unwrap()
-        .is_empty());
-    clock.advance_millis(10_000);
-    let claim = engine
-        .claim_tasks(&context, claim_request("w3", 1_000))
-        .await
-        .unwrap()
-        .remove(0);
-    clock.advance_millis(5_000);
-    let report = engine.recover(&context).await.unwrap();
-    assert_eq!((report.interrupted, report.requeued), (1, 1));
-    assert!(engine
-        .complete_task(&context, &claim.fence(), Completion::Output(json!({})))
-        .await
-        .is_err());
-    let claim = engine
-        .claim_tasks(&context, claim_request("w4", 30_000))
-        .await
-        .unwrap()
-        .remove(0);
-    let done = engine
-        .complete_task(
-            &context,
-            &claim.fence(),
-            Completion::Output(json!({"path": "b.png", "a": 1})),
-        )
-        .await
-        .unwrap();
-    assert_eq!(done.status, OperationStatus::Succeeded);
-    let view = engine
-        .task_state(TaskTarget::Media(media), "thumbnail")
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(view.state.attempt_count, 3);
-    assert_eq!((view.state.failure_count, view.state.interruption_count), (1, 1));
-    assert_eq!(
-        engine.store().count_by(&MEDIA_STATES_TABLE, "status").await.unwrap(),
-        vec![(Some("succeeded".to_string()), 1)]
-    );
-
-    let verify = engine.verify().await.unwrap();
-    assert!(verify.is_identical(), "{}", verify.render());
-    let left = names_like(
-        &harness,
-        "SELECT nspname::text FROM pg_namespace WHERE nspname LIKE 'opledger\\_scratch\\_%'",
-    )
-    .await;
-    assert!(left.is_empty(), "verify leaves no scratch schema behind: {left:?}");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn verify_shows_a_spoiled_live_row_and_an_extra_one() {
     let Some(harness) = harness().await else { return };
     let (engine, _) = Engine::open(harness.open().await).await.unwrap();
@@ -219,6 +88,12 @@ async fn verify_shows_a_spoiled_live_row_and_an_extra_one() {
     assert_eq!(verify.diffs[0].rows.len(), 1);
     assert_eq!(verify.diffs[0].rows[0].key, media[2].to_string());
     assert!(verify.render().contains("/spoiled.jpg"), "{}", verify.render());
+    let left = names_like(
+        &harness,
+        "SELECT nspname::text FROM pg_namespace WHERE nspname LIKE 'opledger\\_scratch\\_%'",
+    )
+    .await;
+    assert!(left.is_empty(), "verify leaves no scratch schema behind: {left:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

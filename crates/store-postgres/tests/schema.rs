@@ -3,8 +3,6 @@
 //! constraints, indexes, triggers, functions and storage options; and the
 //! step-by-step migration history is accepted by the full migrator.
 
-mod support;
-
 use opledger_store::conformance::Harness;
 use opledger_store_postgres::MIGRATOR;
 use sqlx::{Connection, PgConnection};
@@ -43,8 +41,10 @@ async fn schema(connection: &mut PgConnection) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_migrated_step_by_step_has_the_schema_of_a_fresh_one() {
-    let Some(fresh) = support::harness().await else { return };
-    let Some(stepped) = support::harness().await else {
+    let Some(fresh) = opledger_testkit::postgres::backend().await else {
+        return;
+    };
+    let Some(stepped) = opledger_testkit::postgres::backend().await else {
         return;
     };
 

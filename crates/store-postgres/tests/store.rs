@@ -2,8 +2,6 @@
 //! gathered lease writes fail their work at commit, and a write whose
 //! caller stops waiting still runs to its end.
 
-mod support;
-
 use opledger_domain::ids::{MediaId, OperationId};
 use opledger_domain::{StreamId, Timestamp};
 use opledger_store::conformance::{registered, Harness};
@@ -38,7 +36,7 @@ fn lease(token: &str, processed: i64) -> Lease {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gathered_lease_write_the_database_refuses_fails_its_work_at_commit() {
-    let Some(harness) = support::harness().await else {
+    let Some(harness) = opledger_testkit::postgres::backend().await else {
         return;
     };
     let store = harness.open().await;
@@ -80,7 +78,7 @@ async fn a_gathered_lease_write_the_database_refuses_fails_its_work_at_commit() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_whose_caller_stops_waiting_still_commits() {
-    let Some(harness) = support::harness().await else {
+    let Some(harness) = opledger_testkit::postgres::backend().await else {
         return;
     };
     let store = harness.open().await;

@@ -8,16 +8,7 @@ use opledger_store::StoreError;
 use sqlx::Row;
 use std::time::{Duration, Instant};
 
-/// One row of the floor table: the same columns as the event log.
-pub struct FloorRow {
-    pub stream_id: String,
-    pub stream_version: i64,
-    pub event_type: &'static str,
-    pub payload: String,
-    pub recorded_at: String,
-    pub actor: String,
-    pub correlation_id: String,
-}
+pub use opledger_store::floor::FloorRow;
 
 /// Inserts `rows` into a plain table with the log's columns and its stream
 /// index, but no triggers and no projections, `batch` rows per durable

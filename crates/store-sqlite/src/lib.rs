@@ -44,6 +44,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
+/// The durable schema, embedded at build time (no database needed to build).
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/sqlite");
+
 /// How long a connection waits for another process's write lock before
 /// reporting the database unavailable.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -180,7 +183,7 @@ async fn migrate(config: &SqliteConfig) -> Result<(), StoreError> {
     // the loser sees the winner's tables and succeeds on a retry.
     let mut attempt = 0;
     let result = loop {
-        match sqlx::migrate!("../../migrations/sqlite").run(&pool).await {
+        match MIGRATOR.run(&pool).await {
             Ok(()) => break Ok(()),
             Err(error) if attempt < 5 => {
                 tracing::debug!(%error, attempt, "migration raced another process; retrying");

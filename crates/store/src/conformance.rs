@@ -42,6 +42,7 @@ macro_rules! conformance_tests {
             concurrent_appends_at_the_same_expected_version_exactly_one_conflicts,
             seq_is_gap_free_and_ordered_after_eight_concurrent_appenders,
             update_and_delete_on_the_log_are_refused_by_the_database,
+            inserts_that_skip_a_seq_or_a_stream_version_are_refused_by_the_database,
             corrupt_row_is_a_corrupt_error_naming_its_seq,
             read_all_pages_through_the_whole_log,
             expected_version_is_checked_per_stream,
@@ -303,6 +304,55 @@ pub async fn update_and_delete_on_the_log_are_refused_by_the_database<H: Harness
     let read = store.read_stream(&stream).await.unwrap();
     assert_eq!(read.len(), 1);
     assert_eq!(read[0].actor, "conformance");
+}
+
+/// A raw row of the log: seq, stream, version.
+type RawRow<'a> = (i64, &'a str, i64);
+
+/// Raw rows of the log in one INSERT.
+fn raw_insert(rows: &[RawRow]) -> String {
+    let values: Vec<String> = rows
+        .iter()
+        .map(|(seq, stream, version)| {
+            format!("({seq}, '{stream}', {version}, 'e', 1, '{{}}', '2026-01-01T00:00:00.000000Z', 'raw', 'c')")
+        })
+        .collect();
+    format!(
+        "INSERT INTO media_operation_events \
+         (seq, stream_id, stream_version, event_type, schema_version, payload, recorded_at, actor, correlation_id) \
+         VALUES {}",
+        values.join(", ")
+    )
+}
+
+/// The database itself (not only the store's code) refuses an insert that
+/// is not the next seq and, per stream, the next version in seq order,
+/// whether it comes one row or many rows to a statement; a refused
+/// statement leaves none of its rows.
+pub async fn inserts_that_skip_a_seq_or_a_stream_version_are_refused_by_the_database<H: Harness>(harness: &H) {
+    let store = harness.open().await;
+    harness
+        .execute_raw(&raw_insert(&[(1, "s-a", 1), (2, "s-a", 2)]))
+        .await
+        .expect("the next seqs and versions are accepted");
+    let refused: [(&str, &[RawRow]); 6] = [
+        ("a seq gap", &[(4, "s-b", 1)]),
+        ("a seq gap inside a statement", &[(3, "s-b", 1), (5, "s-c", 1)]),
+        ("a stream version gap", &[(3, "s-a", 4)]),
+        ("a new stream not at version 1", &[(3, "s-b", 2)]),
+        ("versions out of seq order", &[(3, "s-b", 2), (4, "s-b", 1)]),
+        ("a good row with a bad one", &[(3, "s-b", 1), (4, "s-a", 2)]),
+    ];
+    for (what, rows) in refused {
+        let result = harness.execute_raw(&raw_insert(rows)).await;
+        assert!(result.is_err(), "{what} must be refused");
+        assert_eq!(store.head().await.unwrap(), 2, "{what}: nothing of the statement stays");
+    }
+    harness
+        .execute_raw(&raw_insert(&[(3, "s-b", 1), (4, "s-a", 3), (5, "s-b", 2)]))
+        .await
+        .expect("interleaved streams, each at its next version, are accepted");
+    assert_eq!(store.head().await.unwrap(), 5);
 }
 
 pub async fn corrupt_row_is_a_corrupt_error_naming_its_seq<H: Harness>(harness: &H) {

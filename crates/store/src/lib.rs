@@ -3,7 +3,7 @@
 //! suite that proves a backend behaves like the others.
 //!
 //! This crate must not know any particular database: no SQL, no driver, no
-//! SQLSTATE. Backends (opledger-store-sqlite, later PostgreSQL) translate their
+//! SQLSTATE. Backends (opledger-store-sqlite, opledger-store-postgres) translate their
 //! native errors into [`ErrorKind`] inside their own crate, so the engine and
 //! the CLI never look at a backend's error codes. It must not know business
 //! rules either: it persists events and projection rows that the domain's
@@ -11,6 +11,7 @@
 
 pub mod conformance;
 mod error;
+pub mod floor;
 mod traits;
 
 pub use error::{ErrorKind, StoreError};
