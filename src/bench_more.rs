@@ -135,7 +135,9 @@ async fn built_log(
     }
     let store = store_at(template, path).await?;
     let (engine, _) = Engine::open(store).await?;
-    let mut workload = LifecycleWorkload::new(Timestamp::from_micros(START));
+    // Media tasks: capability states and review entries exist, so the
+    // summary's every part has rows to count.
+    let mut workload = LifecycleWorkload::with_media_tasks(Timestamp::from_micros(START));
     let mut built = 0u64;
     while built < events {
         let appends = workload.appends((events - built).min(100_000));

@@ -1,4 +1,4 @@
--- entity_capability_states, version 1 (PostgreSQL). See
+-- entity_capability_states, version 2 (PostgreSQL). See
 -- media_registry/postgres.sql for the t: and r: placeholders. One row per
 -- media task operation that produces a capability
 -- (crates/domain/src/capabilities.rs); the 12 capability statuses are
@@ -32,3 +32,11 @@ CREATE TABLE {{t:entity_capability_states}} (
 -- reads the rows of the keys that are not current.
 CREATE INDEX {{t:entity_capability_states}}_by_status ON {{r:entity_capability_states}} (status);
 CREATE INDEX {{t:entity_capability_states}}_by_version_key ON {{r:entity_capability_states}} (version_key);
+
+-- Running counts of capabilities by status, kept by the same fold as the rows they count
+-- (a removed media item's rows are subtracted as they cascade away), so the
+-- dashboard reads one row instead of counting a table (version 2).
+CREATE TABLE {{t:entity_capability_counts}} (
+    name   text PRIMARY KEY,
+    counts text NOT NULL
+);

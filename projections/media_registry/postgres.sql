@@ -1,4 +1,4 @@
--- media_registry, version 2 (PostgreSQL).
+-- media_registry, version 3 (PostgreSQL).
 -- The t: placeholder is replaced by the table's name where it is defined and
 -- the r: placeholder where it is referenced, so the same text creates the live
 -- tables, a shadow copy, or a scratch copy in another schema. Ids are uuid,
@@ -30,8 +30,9 @@ CREATE TABLE {{t:media_regions}} (
 -- Also what makes the cascade from a media item cheap.
 CREATE INDEX {{t:media_regions}}_by_media ON {{r:media_regions}} (media_id);
 
--- Running counts of registered media items, kept by the same fold as the rows they count,
--- so the dashboard reads a row instead of counting a table (version 2).
+-- Running counts of registered media items and their regions (a removed
+-- item's regions are subtracted as they cascade away), kept by the same fold as the rows they count,
+-- so the dashboard reads a row instead of counting a table (version 3).
 CREATE TABLE {{t:media_counts}} (
     name   text PRIMARY KEY,
     counts text NOT NULL

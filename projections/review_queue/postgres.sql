@@ -1,4 +1,4 @@
--- review_queue, version 1 (PostgreSQL). See media_registry/postgres.sql for
+-- review_queue, version 2 (PostgreSQL). See media_registry/postgres.sql for
 -- the t: and r: placeholders. One row per operation: its latest entry. Only
 -- open entries are in the queue.
 CREATE TABLE {{t:review_queue}} (
@@ -24,3 +24,11 @@ CREATE TABLE {{t:review_queue}} (
 );
 
 CREATE INDEX {{t:review_queue}}_by_state ON {{r:review_queue}} (state, entry_id);
+
+-- Running counts of review entries by state, kept by the same fold as the rows they count
+-- (a removed media item's rows are subtracted as they cascade away), so the
+-- dashboard reads one row instead of counting a table (version 2).
+CREATE TABLE {{t:review_queue_counts}} (
+    name   text PRIMARY KEY,
+    counts text NOT NULL
+);

@@ -4,7 +4,7 @@
 //! every backend is measured on identical events.
 
 use opledger_domain::events::{
-    Event, MediaRegistered, OperationClaimed, OperationCreated, OperationProgressed, OperationStarted,
+    Event, MediaRegistered, OperationClaimed, OperationCreated, OperationFailed, OperationProgressed, OperationStarted,
     OperationSucceeded, OperationTarget,
 };
 use opledger_domain::{MediaId, NewEvent, OperationId, OperationStatus, StreamId, Timestamp};
@@ -23,7 +23,17 @@ pub const EVENTS_PER_OPERATION: u64 = 5;
 pub struct LifecycleWorkload {
     next_item: u64,
     start: Timestamp,
+    /// Whether operations are the media tasks that keep capability states
+    /// (metadata, thumbnail, perceptual_hash beside an export), with one in
+    /// [`FAILING_ONE_IN`] failing terminally into the review queue.
+    media_tasks: bool,
 }
+
+/// Task kinds of a media item's operations in the media-task workload.
+const MEDIA_TASK_KINDS: [&str; OPERATIONS_PER_MEDIA as usize] = ["metadata", "thumbnail", "perceptual_hash", "export"];
+/// In the media-task workload, one operation in this many (a thumbnail:
+/// item 2 of every 50, never a media registration) fails terminally.
+pub const FAILING_ONE_IN: u64 = 50;
 
 /// One unit of the workload: the events of one stream, in order.
 pub struct StreamEvents {
@@ -32,8 +42,24 @@ pub struct StreamEvents {
 }
 
 impl LifecycleWorkload {
+    /// Export operations only: the workload `append` and `replay` measure.
     pub fn new(start: Timestamp) -> Self {
-        LifecycleWorkload { next_item: 0, start }
+        LifecycleWorkload {
+            next_item: 0,
+            start,
+            media_tasks: false,
+        }
+    }
+
+    /// Media tasks with capability states and some terminal failures (so
+    /// review entries): the library a dashboard summarises (`status`,
+    /// `timeline`). Same number of events per operation as [`Self::new`].
+    pub fn with_media_tasks(start: Timestamp) -> Self {
+        LifecycleWorkload {
+            next_item: 0,
+            start,
+            media_tasks: true,
+        }
     }
 
     fn stamp(&self, offset_ms: u64, event: Event, actor: &str, correlation: &str) -> NewEvent {
@@ -74,10 +100,30 @@ impl LifecycleWorkload {
         let revision = format!("{:064x}", u128::from(item) * 104_729);
         let claim_token = Uuid::from_u128(0x746f_6b00_0000_0000_0000_0000_0000_0000 | u128::from(item)).to_string();
         let worker = format!("bench-worker-{}", item % 16);
+        let (kind, task_version) = if self.media_tasks {
+            let kind = MEDIA_TASK_KINDS[(item % (OPERATIONS_PER_MEDIA + 1)) as usize - 1];
+            (kind, Some("1".to_string()))
+        } else {
+            ("export", None)
+        };
+        let outcome = if self.media_tasks && item % FAILING_ONE_IN == 2 {
+            Event::OperationFailed(OperationFailed {
+                operation_id,
+                claim_token: Some(claim_token.clone()),
+                error: "decoding failed: truncated file".into(),
+                retryable: false,
+            })
+        } else {
+            Event::OperationSucceeded(OperationSucceeded {
+                operation_id,
+                claim_token: Some(claim_token.clone()),
+                output: json!({"thumbnail": format!("thumbnails/{item:08}.webp"), "width": 256, "height": 171}),
+            })
+        };
         let events = vec![
             Event::OperationCreated(OperationCreated {
                 operation_id,
-                kind: "export".into(),
+                kind: kind.into(),
                 target: OperationTarget {
                     media_id: Some(media_id),
                     region_id: None,
@@ -87,7 +133,7 @@ impl LifecycleWorkload {
                 inputs: json!({"longest_side": 256, "format": "webp"}),
                 status: OperationStatus::Queued,
                 priority: 0,
-                task_version: None,
+                task_version,
             }),
             Event::OperationClaimed(OperationClaimed {
                 operation_id,
@@ -106,11 +152,7 @@ impl LifecycleWorkload {
                 processed: 1,
                 total: Some(1),
             }),
-            Event::OperationSucceeded(OperationSucceeded {
-                operation_id,
-                claim_token: Some(claim_token),
-                output: json!({"thumbnail": format!("thumbnails/{item:08}.webp"), "width": 256, "height": 171}),
-            }),
+            outcome,
         ];
         let actors = ["scheduler", &worker, &worker, &worker, &worker];
         StreamEvents {

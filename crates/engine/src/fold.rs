@@ -4,7 +4,7 @@
 //! disagree about what an event does.
 
 use crate::error::EngineError;
-use opledger_domain::projections::{rows_owned_by, table_by_name, Projector, RowKey, WorkingSet};
+use opledger_domain::projections::{rows_owned_by, table_by_name, Projector, RowKey, RowQuery, WorkingSet};
 use opledger_domain::EventEnvelope;
 use opledger_store::{RowTarget, StoreError};
 use std::collections::{BTreeMap, BTreeSet};
@@ -23,6 +23,7 @@ pub async fn fold_events<T: RowTarget>(
 ) -> Result<(), EngineError> {
     let mut keys: Vec<RowKey> = Vec::new();
     let mut owned: Vec<RowKey> = Vec::new();
+    let mut queries: Vec<RowQuery> = Vec::new();
     for event in events {
         // A stream's first event: the row it owns does not exist yet.
         if event.stream_version == 1 {
@@ -36,6 +37,18 @@ pub async fn fold_events<T: RowTarget>(
         }
         for projector in projectors {
             projector.keys(event, &mut keys);
+            projector.queries(event, &mut queries);
+        }
+    }
+    // Rows found by query join the cache unless it already knows them: a
+    // cached row may be newer than its stored copy (changed earlier in this
+    // chunk), and a known-absent one was deleted.
+    for query in &queries {
+        for row in target.load_rows_where(query.table, query.column, &query.value).await? {
+            let key = row.key();
+            if !rows.is_known(&key) {
+                rows.insert_loaded(key, Some(row));
+            }
         }
     }
     let mut missing: BTreeMap<&'static str, BTreeSet<String>> = BTreeMap::new();

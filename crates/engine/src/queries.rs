@@ -5,10 +5,12 @@ use crate::error::EngineError;
 use crate::Engine;
 use opledger_domain::batches::{is_active, BatchStatus};
 use opledger_domain::projections::{
-    media_key, operation_key, BatchRow, Cell, MediaRow, OperationRow, Row, BATCHES_TABLE, CAPABILITY_STATES_TABLE,
-    MEDIA_TABLE, OPERATIONS_TABLE, REGIONS_TABLE, REVIEW_TABLE,
+    media_key, operation_key, BatchRow, Cell, MediaRow, OperationRow, Row, BATCHES_TABLE, MEDIA_TABLE, OPERATIONS_TABLE,
 };
-use opledger_domain::projections::{BY_STATUS, MEDIA_COUNT, MEDIA_COUNTS_TABLE, OPERATION_COUNTS_TABLE};
+use opledger_domain::projections::{
+    BY_STATE, BY_STATUS, CAPABILITY_COUNTS_TABLE, MEDIA_COUNT, MEDIA_COUNTS_TABLE, OPERATION_COUNTS_TABLE,
+    REVIEW_COUNTS_TABLE,
+};
 use opledger_domain::review::EntryState;
 use opledger_domain::{CapabilityStatus, EventEnvelope, MediaId, OperationId, OperationStatus, StreamId};
 
@@ -104,16 +106,22 @@ impl<S: Store> Engine<S> {
             .map(|(status, count)| (Some(status), count))
             .collect();
         let operations_by_status = with_zeros(OperationStatus::ALL.iter().map(|status| status.as_str()), &counted);
-        let capabilities = self.store.count_by(&CAPABILITY_STATES_TABLE, "status").await?;
+        let capabilities: Vec<(Option<String>, i64)> = self
+            .counts(&CAPABILITY_COUNTS_TABLE, BY_STATUS)
+            .await?
+            .into_iter()
+            .map(|(status, count)| (Some(status), count))
+            .collect();
         let capabilities_by_status = with_zeros(
             CapabilityStatus::ALL.iter().map(|status| status.as_str()),
             &capabilities,
         );
-        let review = self.store.count_by(&REVIEW_TABLE, "state").await?;
-        let review_queue = review
-            .iter()
-            .find(|(state, _)| state.as_deref() == Some(EntryState::Open.as_str()))
-            .map_or(0, |(_, count)| *count);
+        let review_queue = self
+            .counts(&REVIEW_COUNTS_TABLE, BY_STATE)
+            .await?
+            .get(EntryState::Open.as_str())
+            .copied()
+            .unwrap_or(0);
         // Active batches by the shared predicate; the stored status names
         // the candidates (it is derived from the same predicate by the fold).
         let mut active_batches = Vec::new();
@@ -148,16 +156,12 @@ impl<S: Store> Engine<S> {
                 position: state.position,
             })
             .collect();
+        let registered = self.counts(&MEDIA_COUNTS_TABLE, MEDIA_COUNT).await?;
         Ok(StatusReport {
             backend: self.store.backend(),
             head,
-            media: self
-                .counts(&MEDIA_COUNTS_TABLE, MEDIA_COUNT)
-                .await?
-                .get("media")
-                .copied()
-                .unwrap_or(0),
-            regions: self.store.count_rows(&REGIONS_TABLE).await?,
+            media: registered.get("media").copied().unwrap_or(0),
+            regions: registered.get("regions").copied().unwrap_or(0),
             operations: counted.iter().map(|(_, count)| count).sum(),
             operations_by_status,
             capabilities_by_status,

@@ -10,8 +10,10 @@
 
 use opledger_domain::batches::{is_active, BatchStatus, ItemOutcome};
 use opledger_domain::decide::OperationCommand;
-use opledger_domain::events::{BatchItemSettled, BatchItemSpec, Event, OperationTarget};
-use opledger_domain::projections::{BatchRow, CapabilityRow};
+use opledger_domain::events::{BatchItemSettled, BatchItemSpec, BoundingBox, Event, OperationTarget};
+use opledger_domain::projections::{
+    BatchRow, CapabilityRow, CAPABILITY_STATES_TABLE, MEDIA_TABLE, REGIONS_TABLE, REVIEW_TABLE,
+};
 use opledger_domain::review::{EntryState, ReviewAction};
 use opledger_domain::Cause;
 use opledger_domain::{
@@ -701,7 +703,101 @@ async fn review_queue_routes_resolves_and_closes_on_success<B: Backend>(backend:
     lab.verify().await;
 }
 
+/// The dashboard's running counts against counts of the tables themselves.
+async fn assert_status_counts_match_the_tables<S: Store>(lab: &Lab<S>) {
+    let status = lab.engine.status().await.unwrap();
+    let store = lab.engine.store();
+    let counted = store.count_by(&CAPABILITY_STATES_TABLE, "status").await.unwrap();
+    for (name, count) in &status.capabilities_by_status {
+        let expected = counted
+            .iter()
+            .find(|(value, _)| value.as_deref() == Some(name.as_str()))
+            .map_or(0, |(_, count)| *count);
+        assert_eq!(*count, expected, "capabilities {name}: {status:?}");
+    }
+    let review = store.count_by(&REVIEW_TABLE, "state").await.unwrap();
+    let open = review
+        .iter()
+        .find(|(state, _)| state.as_deref() == Some(EntryState::Open.as_str()))
+        .map_or(0, |(_, count)| *count);
+    assert_eq!(status.review_queue, open, "{status:?}");
+    assert_eq!(status.regions, store.count_rows(&REGIONS_TABLE).await.unwrap());
+    assert_eq!(status.media, store.count_rows(&MEDIA_TABLE).await.unwrap());
+}
+
+fn capability_count(status: &opledger_engine::StatusReport, name: &str) -> i64 {
+    status
+        .capabilities_by_status
+        .iter()
+        .find(|(status, _)| status == name)
+        .map_or(0, |(_, count)| *count)
+}
+
+async fn status_counts_stay_true_when_media_with_capabilities_and_regions_is_removed<B: Backend>(backend: &B) {
+    let lab = lab(backend, 1, &[]).await;
+    let kept = lab.media("kept.png").await;
+    let removed = lab.media("removed.png").await;
+    for media_id in [kept, removed] {
+        for (kind, inputs) in [
+            ("metadata", json!({})),
+            ("thumbnail", json!({"max_side": 256, "format": "png"})),
+        ] {
+            lab.engine
+                .request_task(
+                    &lab.context,
+                    TaskRequest {
+                        target: TaskTarget::Media(media_id),
+                        kind: kind.into(),
+                        inputs,
+                        priority: 0,
+                    },
+                )
+                .await
+                .unwrap();
+        }
+    }
+    let bbox = BoundingBox {
+        x: 0,
+        y: 0,
+        width: 10,
+        height: 10,
+    };
+    lab.engine.add_region(&lab.context, kept, bbox, 1).await.unwrap();
+    for _ in 0..2 {
+        lab.engine.add_region(&lab.context, removed, bbox, 1).await.unwrap();
+    }
+    for claim in lab.claim(&["metadata"], 2).await {
+        lab.complete(&claim).await;
+    }
+    for claim in lab.claim(&["thumbnail"], 2).await {
+        if claim.media_id == Some(removed) {
+            lab.fail_terminal(&claim, "decoding failed").await;
+        } else {
+            lab.complete(&claim).await;
+        }
+    }
+    let before = lab.engine.status().await.unwrap();
+    assert_eq!(capability_count(&before, "succeeded"), 3, "{before:?}");
+    assert_eq!(capability_count(&before, "failed_terminal"), 1, "{before:?}");
+    assert_eq!((before.media, before.regions, before.review_queue), (2, 3, 1));
+    assert_status_counts_match_the_tables(&lab).await;
+
+    // The removed item's capabilities and regions go by cascade; the
+    // counts go down with them. Its review entry stays: it is history.
+    lab.engine
+        .remove_media(&lab.context, removed, "deleted by the user")
+        .await
+        .unwrap();
+    let after = lab.engine.status().await.unwrap();
+    assert_eq!(capability_count(&after, "succeeded"), 2, "{after:?}");
+    assert_eq!(capability_count(&after, "failed_terminal"), 0, "{after:?}");
+    assert_eq!((after.media, after.regions, after.review_queue), (1, 1, 1));
+    assert_status_counts_match_the_tables(&lab).await;
+    lab.verify().await;
+}
+
 backend_tests!(
+    status_counts_stay_true_when_media_with_capabilities_and_regions_is_removed,
     capability_goes_pending_to_succeeded_then_stale_and_back,
     batch_of_100_counts_exactly_through_failures_cancel_and_resume,
     restart_mid_batch_keeps_it_active_and_it_completes,

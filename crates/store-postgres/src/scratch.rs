@@ -8,7 +8,7 @@
 use crate::ddl::{self, Copy};
 use crate::error::map;
 use crate::rows;
-use opledger_domain::projections::{all_specs, Row, RowKey, TableSpec};
+use opledger_domain::projections::{all_specs, Cell, Row, RowKey, TableSpec};
 use opledger_domain::EventEnvelope;
 use opledger_store::{BoxFuture, RowDiff, RowTarget, ScratchTarget, StoreError, TableDiff};
 use sqlx::{Connection, PgConnection};
@@ -99,6 +99,17 @@ impl RowTarget for PostgresScratch {
     async fn load_rows(&mut self, table: &'static TableSpec, keys: &[String]) -> Result<Vec<Row>, StoreError> {
         let schema = self.schema.clone();
         rows::load(self.conn(), table, Copy::Scratch(&schema), keys).await
+    }
+
+    async fn load_rows_where(
+        &mut self,
+        table: &'static TableSpec,
+        column: &'static str,
+        value: &Cell,
+    ) -> Result<Vec<Row>, StoreError> {
+        let schema = self.schema.clone();
+        let filters = [(column, value.clone())];
+        rows::find(self.conn(), table, Copy::Scratch(&schema), &filters, usize::MAX).await
     }
 
     async fn write_rows(&mut self, changes: &[(RowKey, Option<Row>)]) -> Result<(), StoreError> {

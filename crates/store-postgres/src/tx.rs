@@ -280,6 +280,17 @@ impl RowTarget for PostgresTx {
         rows::load(self.conn().await?, table, copy, keys).await
     }
 
+    async fn load_rows_where(
+        &mut self,
+        table: &'static TableSpec,
+        column: &'static str,
+        value: &Cell,
+    ) -> Result<Vec<Row>, StoreError> {
+        let copy = self.copy();
+        let filters = [(column, value.clone())];
+        rows::find(self.conn().await?, table, copy, &filters, usize::MAX).await
+    }
+
     async fn write_rows(&mut self, changes: &[(RowKey, Option<Row>)]) -> Result<(), StoreError> {
         let order: Vec<&'static TableSpec> = all_specs()
             .iter()

@@ -5,7 +5,7 @@
 use crate::ddl::{self, Copy};
 use crate::error::map;
 use crate::rows;
-use opledger_domain::projections::{all_specs, Row, RowKey, TableSpec};
+use opledger_domain::projections::{all_specs, Cell, Row, RowKey, TableSpec};
 use opledger_domain::EventEnvelope;
 use opledger_store::{BoxFuture, RowDiff, RowTarget, ScratchTarget, StoreError, TableDiff};
 use sqlx::SqliteConnection;
@@ -99,6 +99,16 @@ impl SqliteScratch {
 impl RowTarget for SqliteScratch {
     async fn load_rows(&mut self, table: &'static TableSpec, keys: &[String]) -> Result<Vec<Row>, StoreError> {
         rows::load(&mut self.connection, table, Copy::Scratch(SCHEMA), keys).await
+    }
+
+    async fn load_rows_where(
+        &mut self,
+        table: &'static TableSpec,
+        column: &'static str,
+        value: &Cell,
+    ) -> Result<Vec<Row>, StoreError> {
+        let filters = [(column, value.clone())];
+        rows::find(&mut self.connection, table, Copy::Scratch(SCHEMA), &filters, usize::MAX).await
     }
 
     async fn write_rows(&mut self, changes: &[(RowKey, Option<Row>)]) -> Result<(), StoreError> {

@@ -407,6 +407,21 @@ impl RowTarget for SqliteTx {
         direct::load(&self.connection, table, self.copy(), keys)
     }
 
+    async fn load_rows_where(
+        &mut self,
+        table: &'static TableSpec,
+        column: &'static str,
+        value: &Cell,
+    ) -> Result<Vec<Row>, StoreError> {
+        direct::find(
+            &self.connection,
+            table,
+            self.copy(),
+            &[(column, value.clone())],
+            usize::MAX,
+        )
+    }
+
     async fn write_rows(&mut self, changes: &[(RowKey, Option<Row>)]) -> Result<(), StoreError> {
         let order: Vec<&'static TableSpec> = all_specs()
             .iter()

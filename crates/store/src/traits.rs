@@ -121,6 +121,16 @@ pub trait RowTarget: Send {
         keys: &[String],
     ) -> impl Future<Output = Result<Vec<Row>, StoreError>> + Send;
 
+    /// Every row of `table` whose `column` equals `value`: what a fold's
+    /// [`opledger_domain::projections::RowQuery`] asks for (the children a
+    /// deletion is about to cascade to).
+    fn load_rows_where(
+        &mut self,
+        table: &'static TableSpec,
+        column: &'static str,
+        value: &Cell,
+    ) -> impl Future<Output = Result<Vec<Row>, StoreError>> + Send;
+
     /// Upserts `(key, Some(row))` and deletes `(key, None)`, parents before
     /// children for upserts.
     fn write_rows(&mut self, changes: &[(RowKey, Option<Row>)]) -> impl Future<Output = Result<(), StoreError>> + Send;

@@ -11,10 +11,17 @@
 //! produced by a version the engine has since recorded as no longer current
 //! (`task_version_changed`). The fold never consults the registry's versions:
 //! replay under a newer build must reproduce exactly what was recorded.
+//!
+//! Beside the rows it keeps `entity_capability_counts`: one row
+//! (`by_status`) counting capabilities by status, changed with every status
+//! change, so the dashboard reads one row whatever the number of items. A
+//! removed media item's capabilities vanish by cascade; the fold loads them
+//! by query first and subtracts them.
 
 use super::cells::{text_or_null, Cell, CellReader, ColumnSpec, ColumnType, MapError, TableSpec};
-use super::working_set::{RowKey, WorkingSet};
-use super::{media_key, state_key, ProjectionSpec, Projector, Row};
+use super::counts::{add_count, counts_key, CAPABILITY_COUNTS_TABLE};
+use super::working_set::{RowKey, RowQuery, WorkingSet};
+use super::{media_key, state_key, ProjectionSpec, Projector, Row, BY_STATUS};
 use crate::capabilities::{capability_for_task, capability_status};
 use crate::envelope::EventEnvelope;
 use crate::error::FoldError;
@@ -48,8 +55,8 @@ pub static CAPABILITY_STATES_TABLE: TableSpec = TableSpec {
 
 pub static CAPABILITY_STATES: ProjectionSpec = ProjectionSpec {
     name: "entity_capability_states",
-    version: 1,
-    tables: &[&CAPABILITY_STATES_TABLE],
+    version: 2,
+    tables: &[&CAPABILITY_STATES_TABLE, &CAPABILITY_COUNTS_TABLE],
     question: "For each media item and capability: can the item serve it now, and if not, why; and which task version produced what it has?",
     depends_on: &["media_registry", "processing_states"],
 };
@@ -164,16 +171,42 @@ impl Projector for CapabilityStates {
                 keys.push(capability_key(created.operation_id));
                 keys.push(state_key(TargetType::Media, created.operation_id));
                 keys.extend(created.target.media_id.map(media_key));
+                keys.push(counts_key(&CAPABILITY_COUNTS_TABLE, BY_STATUS));
             }
+            return;
+        }
+        if let Event::MediaRemoved(_) = &event.event {
+            keys.push(counts_key(&CAPABILITY_COUNTS_TABLE, BY_STATUS));
             return;
         }
         if let Some(operation_id) = event.event.operation_id() {
             keys.push(capability_key(operation_id));
             keys.push(state_key(TargetType::Media, operation_id));
+            keys.push(counts_key(&CAPABILITY_COUNTS_TABLE, BY_STATUS));
+        }
+    }
+
+    fn queries(&self, event: &EventEnvelope, queries: &mut Vec<RowQuery>) {
+        if let Event::MediaRemoved(removed) = &event.event {
+            queries.push(RowQuery {
+                table: &CAPABILITY_STATES_TABLE,
+                column: "media_id",
+                value: Cell::Uuid(removed.media_id.0),
+            });
         }
     }
 
     fn apply(&self, event: &EventEnvelope, rows: &mut WorkingSet) -> Result<(), FoldError> {
+        if let Event::MediaRemoved(removed) = &event.event {
+            // The registry (folded first) deleted the item; its
+            // capabilities went by cascade and leave the counts.
+            for row in rows.take_removed_with(&media_key(removed.media_id), &CAPABILITY_STATES_TABLE) {
+                if let Row::Capability(row) = row {
+                    add_count(rows, &CAPABILITY_COUNTS_TABLE, BY_STATUS, row.status.as_str(), -1);
+                }
+            }
+            return Ok(());
+        }
         let Some(operation_id) = event.event.operation_id() else {
             return Ok(());
         };
@@ -189,6 +222,10 @@ impl Projector for CapabilityStates {
             _ => return Ok(()),
         };
         let key = capability_key(operation_id);
+        let before = match rows.get(&key) {
+            Some(Row::Capability(row)) => Some(row.status),
+            _ => None,
+        };
         let mut next = match (&event.event, rows.get(&key)) {
             (Event::OperationCreated(created), existing) => {
                 let Some(capability) = capability_for_task(&created.kind) else {
@@ -265,6 +302,12 @@ impl Projector for CapabilityStates {
         };
         next.updated_at = event.recorded_at;
         next.version = event.stream_version;
+        if before != Some(next.status) {
+            if let Some(before) = before {
+                add_count(rows, &CAPABILITY_COUNTS_TABLE, BY_STATUS, before.as_str(), -1);
+            }
+            add_count(rows, &CAPABILITY_COUNTS_TABLE, BY_STATUS, next.status.as_str(), 1);
+        }
         rows.put(Row::Capability(next));
         Ok(())
     }

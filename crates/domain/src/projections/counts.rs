@@ -2,8 +2,10 @@
 //! a handful of numbers instead of counting a table that grows with the
 //! log. Each counts table holds named rows of a JSON object of counts,
 //! changed by the same fold (and so the same transaction) as the rows they
-//! count; replay rebuilds them like any row. A projection keeps counts only
-//! of rows its fold sees come and go (no cascade from another projection).
+//! count; replay rebuilds them like any row. Rows that vanish by cascade
+//! (a removed media item takes its regions and capability states with it)
+//! are loaded by a [`super::RowQuery`] before the event is folded, so the
+//! fold sees them go and subtracts them.
 
 use super::cells::{Cell, CellReader, ColumnSpec, ColumnType, MapError, TableSpec};
 use super::working_set::{RowKey, WorkingSet};
@@ -25,6 +27,11 @@ macro_rules! counts_table {
 
 counts_table!(OPERATION_COUNTS_TABLE, "media_operation_counts");
 counts_table!(MEDIA_COUNTS_TABLE, "media_counts");
+counts_table!(CAPABILITY_COUNTS_TABLE, "entity_capability_counts");
+counts_table!(REVIEW_COUNTS_TABLE, "review_queue_counts");
+
+/// The review queue's counts row: entries by state.
+pub const BY_STATE: &str = "by_state";
 
 /// One named set of counts.
 #[derive(Debug, Clone, PartialEq)]

@@ -3,9 +3,10 @@
 use super::cells::{integer_or_null, text_or_null, Cell, CellReader, ColumnSpec, ColumnType, MapError, TableSpec};
 use super::counts::{add_count, counts_key, MEDIA_COUNTS_TABLE};
 
-/// The counts row of registered media items (`media_counts`).
+/// The counts row of registered media items and their regions
+/// (`media_counts`: `{"media": N, "regions": M}`).
 pub const MEDIA_COUNT: &str = "registered";
-use super::working_set::{RowKey, WorkingSet};
+use super::working_set::{RowKey, RowQuery, WorkingSet};
 use super::{ProjectionSpec, Projector, Row};
 use crate::envelope::EventEnvelope;
 use crate::error::FoldError;
@@ -45,7 +46,7 @@ pub static REGIONS_TABLE: TableSpec = TableSpec {
 
 pub static MEDIA_REGISTRY: ProjectionSpec = ProjectionSpec {
     name: "media_registry",
-    version: 2,
+    version: 3,
     tables: &[&MEDIA_TABLE, &REGIONS_TABLE, &MEDIA_COUNTS_TABLE],
     question: "Which media items and regions exist, where is each file, and what is its content digest?",
     depends_on: &[],
@@ -166,12 +167,26 @@ impl Projector for MediaRegistry {
             Event::RegionAdded(added) => {
                 keys.push(media_key(added.media_id));
                 keys.push(region_key(added.region_id));
+                keys.push(counts_key(&MEDIA_COUNTS_TABLE, MEDIA_COUNT));
             }
             Event::RegionRemoved(removed) => {
                 keys.push(media_key(removed.media_id));
                 keys.push(region_key(removed.region_id));
+                keys.push(counts_key(&MEDIA_COUNTS_TABLE, MEDIA_COUNT));
             }
             _ => {}
+        }
+    }
+
+    fn queries(&self, event: &EventEnvelope, queries: &mut Vec<RowQuery>) {
+        // The regions go with their media item; the fold must see them go
+        // to keep the regions count true.
+        if let Event::MediaRemoved(removed) = &event.event {
+            queries.push(RowQuery {
+                table: &REGIONS_TABLE,
+                column: "media_id",
+                value: Cell::Uuid(removed.media_id.0),
+            });
         }
     }
 
@@ -218,6 +233,10 @@ impl Projector for MediaRegistry {
                 }
                 rows.delete(&key);
                 add_count(rows, &MEDIA_COUNTS_TABLE, MEDIA_COUNT, "media", -1);
+                let regions = rows.take_removed_with(&key, &REGIONS_TABLE).len() as i64;
+                if regions > 0 {
+                    add_count(rows, &MEDIA_COUNTS_TABLE, MEDIA_COUNT, "regions", -regions);
+                }
             }
             Event::RegionAdded(added) => {
                 let Some(Row::Media(media)) = rows.get(&media_key(added.media_id)) else {
@@ -241,6 +260,7 @@ impl Projector for MediaRegistry {
                     region_revision: added.region_revision,
                     created_at: event.recorded_at,
                 }));
+                add_count(rows, &MEDIA_COUNTS_TABLE, MEDIA_COUNT, "regions", 1);
             }
             Event::RegionRemoved(removed) => {
                 let Some(Row::Media(media)) = rows.get(&media_key(removed.media_id)) else {
@@ -261,6 +281,7 @@ impl Projector for MediaRegistry {
                 media.updated_at = event.recorded_at;
                 rows.put(Row::Media(media));
                 rows.delete(&key);
+                add_count(rows, &MEDIA_COUNTS_TABLE, MEDIA_COUNT, "regions", -1);
             }
             _ => {}
         }

@@ -29,7 +29,10 @@ pub use capability_states::{
     capability_key, version_key, CapabilityRow, CapabilityStates, CAPABILITY_STATES, CAPABILITY_STATES_TABLE,
 };
 pub use cells::{Cell, ColumnSpec, ColumnType, MapError, TableSpec};
-pub use counts::{counts_key, CountsRow, MEDIA_COUNTS_TABLE, OPERATION_COUNTS_TABLE};
+pub use counts::{
+    counts_key, CountsRow, BY_STATE, CAPABILITY_COUNTS_TABLE, MEDIA_COUNTS_TABLE, OPERATION_COUNTS_TABLE,
+    REVIEW_COUNTS_TABLE,
+};
 pub use media_registry::{
     media_key, region_key, MediaRegistry, MediaRow, RegionRow, MEDIA_COUNT, MEDIA_REGISTRY, MEDIA_TABLE, REGIONS_TABLE,
 };
@@ -41,7 +44,7 @@ pub use processing_states::{
     REGION_STATES_TABLE,
 };
 pub use review_queue::{review_key, ReviewQueue, ReviewRow, REVIEW_QUEUE, REVIEW_TABLE};
-pub use working_set::{RowKey, WorkingSet};
+pub use working_set::{RowKey, RowQuery, WorkingSet};
 
 use crate::envelope::EventEnvelope;
 use crate::error::FoldError;
@@ -73,6 +76,11 @@ pub trait Projector: Sync {
     /// The rows `event` reads or writes; they must be in the working set
     /// (present or known absent) before [`Projector::apply`] is called.
     fn keys(&self, event: &EventEnvelope, keys: &mut Vec<RowKey>);
+
+    /// Rows `event` reads that cannot be named by key; the caller loads
+    /// every stored row matching each query (rows already known stay as
+    /// they are). Most events need none.
+    fn queries(&self, _event: &EventEnvelope, _queries: &mut Vec<RowQuery>) {}
 
     /// Folds `event` into the working set.
     fn apply(&self, event: &EventEnvelope, rows: &mut WorkingSet) -> Result<(), FoldError>;
@@ -174,6 +182,8 @@ impl Row {
             "review_queue" => ReviewRow::from_cells(cells).map(Row::Review),
             "media_operation_counts" => CountsRow::from_cells(&OPERATION_COUNTS_TABLE, cells).map(Row::Counts),
             "media_counts" => CountsRow::from_cells(&MEDIA_COUNTS_TABLE, cells).map(Row::Counts),
+            "entity_capability_counts" => CountsRow::from_cells(&CAPABILITY_COUNTS_TABLE, cells).map(Row::Counts),
+            "review_queue_counts" => CountsRow::from_cells(&REVIEW_COUNTS_TABLE, cells).map(Row::Counts),
             other => Err(MapError::new(other, "not a projection table".to_string())),
         }
     }

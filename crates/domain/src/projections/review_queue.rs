@@ -10,10 +10,16 @@
 //! opens if it fails again), or when the work is requested anew by other
 //! means. The row reads the operation's status off `media_operations`,
 //! which folds first and is always rebuilt with this projection.
+//!
+//! Beside the rows it keeps `review_queue_counts`: one row (`by_state`)
+//! counting entries by state, so the dashboard's queue size is one row
+//! read. Entries never vanish by cascade (they outlive their media item as
+//! history), so every change passes through this fold.
 
 use super::cells::{
     text_or_null, timestamp_or_null, uuid_or_null, Cell, CellReader, ColumnSpec, ColumnType, MapError, TableSpec,
 };
+use super::counts::{add_count, counts_key, BY_STATE, REVIEW_COUNTS_TABLE};
 use super::working_set::{RowKey, WorkingSet};
 use super::{operation_key, ProjectionSpec, Projector, Row};
 use crate::envelope::EventEnvelope;
@@ -48,8 +54,8 @@ pub static REVIEW_TABLE: TableSpec = TableSpec {
 
 pub static REVIEW_QUEUE: ProjectionSpec = ProjectionSpec {
     name: "review_queue",
-    version: 1,
-    tables: &[&REVIEW_TABLE],
+    version: 2,
+    tables: &[&REVIEW_TABLE, &REVIEW_COUNTS_TABLE],
     question: "Which operations need a person now, why, and how was each past entry resolved?",
     depends_on: &["media_operations"],
 };
@@ -136,6 +142,7 @@ impl Projector for ReviewQueue {
         if let Some(operation_id) = event.event.operation_id() {
             keys.push(review_key(operation_id));
             keys.push(operation_key(operation_id));
+            keys.push(counts_key(&REVIEW_COUNTS_TABLE, BY_STATE));
         }
     }
 
@@ -143,98 +150,117 @@ impl Projector for ReviewQueue {
         let Some(operation_id) = event.event.operation_id() else {
             return Ok(());
         };
-        let fail = |reason: String| FoldError {
-            seq: event.seq,
-            event_type: event.event_type(),
-            reason,
-        };
-        let Some(Row::Operation(operation)) = rows.get(&operation_key(operation_id)) else {
-            return Ok(());
-        };
-        let operation = operation.clone();
         let key = review_key(operation_id);
-        let current = match rows.get(&key) {
-            Some(Row::Review(row)) => Some(row.clone()),
+        let state_of = |rows: &WorkingSet| match rows.get(&key) {
+            Some(Row::Review(row)) => Some(row.state),
             _ => None,
         };
-        let detail = operation.last_error.clone().or_else(|| operation.status_reason.clone());
-
-        if let Event::ReviewResolved(resolved) = &event.event {
-            let Some(mut row) =
-                current.filter(|row| row.entry_id == resolved.entry_id && row.state == EntryState::Open)
-            else {
-                return Err(fail(format!("review entry {} is not open", resolved.entry_id)));
-            };
-            let action: ReviewAction = resolved.action.parse().map_err(fail)?;
-            row.state = match action {
-                ReviewAction::Retry => EntryState::Retrying,
-                ReviewAction::Dismiss | ReviewAction::Acknowledge => EntryState::Resolved,
-            };
-            row.resolution = Some(action.as_str().to_string());
-            row.resolution_reason = Some(resolved.reason.clone());
-            row.resolved_by = Some(event.actor.clone());
-            if row.state == EntryState::Resolved {
-                row.resolved_at = Some(event.recorded_at);
+        let before = state_of(rows);
+        fold_entry(event, operation_id, rows)?;
+        let after = state_of(rows);
+        if before != after {
+            if let Some(before) = before {
+                add_count(rows, &REVIEW_COUNTS_TABLE, BY_STATE, before.as_str(), -1);
             }
-            row.updated_at = event.recorded_at;
-            rows.put(Row::Review(row));
-            return Ok(());
-        }
-
-        match (route(&operation.kind, operation.status), current) {
-            // Routed, and no entry is open: a new entry.
-            (Some(code), current) if current.as_ref().is_none_or(|row| row.state != EntryState::Open) => {
-                rows.put(Row::Review(ReviewRow {
-                    operation_id,
-                    entry_id: event.seq,
-                    kind: operation.kind.clone(),
-                    media_id: operation.media_id,
-                    path: operation.path.clone(),
-                    reason_code: code.as_str().to_string(),
-                    operation_status: operation.status,
-                    detail,
-                    state: EntryState::Open,
-                    resolution: None,
-                    resolution_reason: None,
-                    resolved_by: None,
-                    opened_at: event.recorded_at,
-                    resolved_at: None,
-                    updated_at: event.recorded_at,
-                }));
+            if let Some(after) = after {
+                add_count(rows, &REVIEW_COUNTS_TABLE, BY_STATE, after.as_str(), 1);
             }
-            // Routed and open: follow a change of reason (blocked, then failed).
-            (Some(code), Some(mut row)) => {
-                if row.reason_code != code.as_str() || row.operation_status != operation.status || row.detail != detail
-                {
-                    row.reason_code = code.as_str().to_string();
-                    row.operation_status = operation.status;
-                    row.detail = detail;
-                    row.updated_at = event.recorded_at;
-                    rows.put(Row::Review(row));
-                }
-            }
-            (None, Some(mut row)) => match row.state {
-                // The work was requested anew by other means: it is no longer
-                // a person's business.
-                EntryState::Open => {
-                    row.state = EntryState::Superseded;
-                    row.operation_status = operation.status;
-                    row.resolved_at = Some(event.recorded_at);
-                    row.updated_at = event.recorded_at;
-                    rows.put(Row::Review(row));
-                }
-                // A retry from the queue closes its entry once it succeeds.
-                EntryState::Retrying if operation.status.is_terminal() => {
-                    row.state = EntryState::Resolved;
-                    row.operation_status = operation.status;
-                    row.resolved_at = Some(event.recorded_at);
-                    row.updated_at = event.recorded_at;
-                    rows.put(Row::Review(row));
-                }
-                EntryState::Retrying | EntryState::Resolved | EntryState::Superseded => {}
-            },
-            (Some(_), None) | (None, None) => {}
         }
         Ok(())
     }
+}
+
+/// Folds one event of an operation into its review entry.
+fn fold_entry(event: &EventEnvelope, operation_id: OperationId, rows: &mut WorkingSet) -> Result<(), FoldError> {
+    let fail = |reason: String| FoldError {
+        seq: event.seq,
+        event_type: event.event_type(),
+        reason,
+    };
+    let Some(Row::Operation(operation)) = rows.get(&operation_key(operation_id)) else {
+        return Ok(());
+    };
+    let operation = operation.clone();
+    let key = review_key(operation_id);
+    let current = match rows.get(&key) {
+        Some(Row::Review(row)) => Some(row.clone()),
+        _ => None,
+    };
+    let detail = operation.last_error.clone().or_else(|| operation.status_reason.clone());
+
+    if let Event::ReviewResolved(resolved) = &event.event {
+        let Some(mut row) = current.filter(|row| row.entry_id == resolved.entry_id && row.state == EntryState::Open)
+        else {
+            return Err(fail(format!("review entry {} is not open", resolved.entry_id)));
+        };
+        let action: ReviewAction = resolved.action.parse().map_err(fail)?;
+        row.state = match action {
+            ReviewAction::Retry => EntryState::Retrying,
+            ReviewAction::Dismiss | ReviewAction::Acknowledge => EntryState::Resolved,
+        };
+        row.resolution = Some(action.as_str().to_string());
+        row.resolution_reason = Some(resolved.reason.clone());
+        row.resolved_by = Some(event.actor.clone());
+        if row.state == EntryState::Resolved {
+            row.resolved_at = Some(event.recorded_at);
+        }
+        row.updated_at = event.recorded_at;
+        rows.put(Row::Review(row));
+        return Ok(());
+    }
+
+    match (route(&operation.kind, operation.status), current) {
+        // Routed, and no entry is open: a new entry.
+        (Some(code), current) if current.as_ref().is_none_or(|row| row.state != EntryState::Open) => {
+            rows.put(Row::Review(ReviewRow {
+                operation_id,
+                entry_id: event.seq,
+                kind: operation.kind.clone(),
+                media_id: operation.media_id,
+                path: operation.path.clone(),
+                reason_code: code.as_str().to_string(),
+                operation_status: operation.status,
+                detail,
+                state: EntryState::Open,
+                resolution: None,
+                resolution_reason: None,
+                resolved_by: None,
+                opened_at: event.recorded_at,
+                resolved_at: None,
+                updated_at: event.recorded_at,
+            }));
+        }
+        // Routed and open: follow a change of reason (blocked, then failed).
+        (Some(code), Some(mut row)) => {
+            if row.reason_code != code.as_str() || row.operation_status != operation.status || row.detail != detail {
+                row.reason_code = code.as_str().to_string();
+                row.operation_status = operation.status;
+                row.detail = detail;
+                row.updated_at = event.recorded_at;
+                rows.put(Row::Review(row));
+            }
+        }
+        (None, Some(mut row)) => match row.state {
+            // The work was requested anew by other means: it is no longer
+            // a person's business.
+            EntryState::Open => {
+                row.state = EntryState::Superseded;
+                row.operation_status = operation.status;
+                row.resolved_at = Some(event.recorded_at);
+                row.updated_at = event.recorded_at;
+                rows.put(Row::Review(row));
+            }
+            // A retry from the queue closes its entry once it succeeds.
+            EntryState::Retrying if operation.status.is_terminal() => {
+                row.state = EntryState::Resolved;
+                row.operation_status = operation.status;
+                row.resolved_at = Some(event.recorded_at);
+                row.updated_at = event.recorded_at;
+                rows.put(Row::Review(row));
+            }
+            EntryState::Retrying | EntryState::Resolved | EntryState::Superseded => {}
+        },
+        (Some(_), None) | (None, None) => {}
+    }
+    Ok(())
 }

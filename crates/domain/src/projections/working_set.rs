@@ -1,6 +1,6 @@
 //! The in-memory rows a fold reads and changes.
 
-use super::cells::TableSpec;
+use super::cells::{Cell, TableSpec};
 use super::Row;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -15,6 +15,17 @@ impl RowKey {
     pub fn new(table: &'static TableSpec, key: String) -> Self {
         RowKey { table: table.name, key }
     }
+}
+
+/// Names the rows of `table` whose `column` equals `value`: what a fold
+/// needs when an event touches rows it cannot name by key (the capability
+/// states of a media item about to be removed, whose counts must go down
+/// with them).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RowQuery {
+    pub table: &'static TableSpec,
+    pub column: &'static str,
+    pub value: Cell,
 }
 
 #[derive(Debug, Clone)]
@@ -32,6 +43,10 @@ pub struct WorkingSet {
     /// The keys of dirty slots, so writing back costs the changes, not the
     /// size of the cache (replay keeps up to 25,000 rows cached).
     dirty: BTreeSet<RowKey>,
+    /// Rows that vanished by cascade since the last write-back, so a fold
+    /// folding after the one that deleted their parent can see what went
+    /// (and keep its counts true).
+    cascaded: Vec<Row>,
 }
 
 impl WorkingSet {
@@ -77,7 +92,9 @@ impl WorkingSet {
         for (child_key, slot) in self.slots.iter_mut() {
             if slot.row.as_ref().and_then(Row::parent).as_ref() == Some(parent) {
                 // The stored copy (if any) goes by cascade; nothing to write.
-                slot.row = None;
+                if let Some(row) = slot.row.take() {
+                    self.cascaded.push(row);
+                }
                 slot.dirty = false;
                 orphans.push(child_key.clone());
             }
@@ -86,6 +103,16 @@ impl WorkingSet {
             self.dirty.remove(&orphan);
             self.cascade(&orphan);
         }
+    }
+
+    /// Takes the rows of `table` whose parent `parent` was deleted (by
+    /// cascade) since the last write-back.
+    pub fn take_removed_with(&mut self, parent: &RowKey, table: &'static TableSpec) -> Vec<Row> {
+        let (taken, kept) = std::mem::take(&mut self.cascaded)
+            .into_iter()
+            .partition(|row| row.table().name == table.name && row.parent().as_ref() == Some(parent));
+        self.cascaded = kept;
+        taken
     }
 
     pub fn len(&self) -> usize {
@@ -99,6 +126,7 @@ impl WorkingSet {
     /// The changed rows, clearing their dirty marks: `(key, Some(row))` to
     /// upsert, `(key, None)` to delete.
     pub fn take_dirty(&mut self) -> Vec<(RowKey, Option<Row>)> {
+        self.cascaded.clear();
         let mut changes = Vec::with_capacity(self.dirty.len());
         for key in std::mem::take(&mut self.dirty) {
             if let Some(slot) = self.slots.get_mut(&key) {
@@ -116,6 +144,7 @@ impl WorkingSet {
     pub fn clear(&mut self) {
         self.slots.clear();
         self.dirty.clear();
+        self.cascaded.clear();
     }
 
     /// Every present row, in key order.
@@ -186,5 +215,27 @@ mod tests {
             vec![(media(1).key(), None), (region(11, 2).key(), Some(region(11, 2)))]
         );
         assert!(rows.get(&region(10, 1).key()).is_none());
+    }
+
+    #[test]
+    fn rows_removed_by_cascade_can_be_taken_once_until_the_write_back() {
+        let mut rows = WorkingSet::default();
+        rows.put(media(1));
+        rows.put(region(10, 1));
+        rows.put(region(11, 1));
+        rows.put(region(12, 2));
+        rows.delete(&media(1).key());
+        let removed = rows.take_removed_with(&media(1).key(), &crate::projections::REGIONS_TABLE);
+        assert_eq!(removed, vec![region(10, 1), region(11, 1)]);
+        assert!(rows
+            .take_removed_with(&media(1).key(), &crate::projections::REGIONS_TABLE)
+            .is_empty());
+        rows.delete(&media(2).key());
+        rows.take_dirty();
+        assert!(
+            rows.take_removed_with(&media(2).key(), &crate::projections::REGIONS_TABLE)
+                .is_empty(),
+            "a write-back forgets what was cascaded"
+        );
     }
 }
