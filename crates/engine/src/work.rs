@@ -722,8 +722,9 @@ impl<S: Store> Engine<S> {
         }
         let now = self.clock.now();
         let fence = fence.clone();
+        // A heartbeat writes the lease row only: liveness, not history.
         self.store
-            .write(move |tx: &mut S::Tx| {
+            .write_liveness(move |tx: &mut S::Tx| {
                 Box::pin(async move {
                     let mut rows = WorkingSet::default();
                     let (state, mut lease) = load_claimed(tx, &mut rows, &fence).await?;

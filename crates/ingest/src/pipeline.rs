@@ -29,7 +29,9 @@ const CLAIMS_PER_WORKER: usize = 8;
 const MAX_SLOTS: usize = 128;
 
 /// A task that waits for one of a limited number of permits before it
-/// runs: the image work's parallelism, apart from the pool's claims.
+/// runs: the image work's parallelism, apart from the pool's claims. The
+/// permit goes back once the task waits on the disk only (see
+/// [`Job::hold_compute_share`]).
 struct Limited<T> {
     inner: T,
     permits: Arc<tokio::sync::Semaphore>,
@@ -50,11 +52,16 @@ impl<T: Task> Task for Limited<T> {
     }
 
     async fn run(&self, job: &mut Job) -> Result<Outcome, TaskError> {
-        let _permit = tokio::select! {
-            permit = self.permits.acquire() => permit.map_err(|_| TaskError::retryable("the ingest is shutting down"))?,
+        let permit = tokio::select! {
+            permit = self.permits.clone().acquire_owned() => permit.map_err(|_| TaskError::retryable("the ingest is shutting down"))?,
             reason = job.cancelled() => return Err(TaskError::Stopped(reason)),
         };
-        self.inner.run(job).await
+        // The job gives the permit back as soon as the task only waits on
+        // the disk (committing its output); the rest of the time it holds it.
+        job.hold_compute_share(permit);
+        let result = self.inner.run(job).await;
+        job.release_compute_share();
+        result
     }
 }
 

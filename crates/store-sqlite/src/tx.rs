@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 
 /// The writer connection while it holds a transaction.
 pub struct SqliteTx {
-    connection: Connection,
+    pub(crate) connection: Connection,
     /// The log head as of this transaction, once read.
     head: Option<i64>,
     /// Every projection's (version, position) as of this transaction, once

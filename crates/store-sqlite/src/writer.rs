@@ -13,6 +13,7 @@
 //! that owns the connection, and the only handoffs left are the job going
 //! in and the answer coming out.
 
+use crate::config::Synchronous;
 use crate::tx::SqliteTx;
 use futures::executor::block_on;
 use opledger_store::{BoxFuture, StoreError};
@@ -37,11 +38,14 @@ pub(crate) trait Job: Send {
     fn run<'t>(self: Box<Self>, tx: &'t mut SqliteTx) -> BoxFuture<'t, Done>;
     /// Answers the caller without running (the transaction could not start).
     fn abort(self: Box<Self>, error: StoreError);
+    /// Whether the work changes only liveness (see `Store::write_liveness`).
+    fn is_liveness(&self) -> bool;
 }
 
 pub(crate) struct WorkJob<F, R, E> {
     work: F,
     sender: oneshot::Sender<Result<R, E>>,
+    liveness: bool,
     _result: PhantomData<fn() -> (R, E)>,
 }
 
@@ -50,8 +54,15 @@ impl<F, R, E> WorkJob<F, R, E> {
         WorkJob {
             work,
             sender,
+            liveness: false,
             _result: PhantomData,
         }
+    }
+
+    /// Marks the work as liveness only.
+    pub(crate) fn liveness(mut self) -> Self {
+        self.liveness = true;
+        self
     }
 }
 
@@ -84,6 +95,10 @@ where
     fn abort(self: Box<Self>, error: StoreError) {
         let _ = self.sender.send(Err(E::from(error)));
     }
+
+    fn is_liveness(&self) -> bool {
+        self.liveness
+    }
 }
 
 /// Starts the writer thread: it opens the writer connection (`open`),
@@ -91,6 +106,7 @@ where
 /// handle is dropped.
 pub(crate) fn start(
     open: impl FnOnce() -> Result<rusqlite::Connection, StoreError> + Send + 'static,
+    synchronous: Synchronous,
     jobs: mpsc::Receiver<Box<dyn Job>>,
 ) -> Result<oneshot::Receiver<Result<(), StoreError>>, StoreError> {
     let (ready, opened) = oneshot::channel();
@@ -105,7 +121,7 @@ pub(crate) fn start(
             match open() {
                 Ok(connection) => {
                     let _ = ready.send(Ok(()));
-                    run(SqliteTx::new(connection), jobs);
+                    run(SqliteTx::new(connection), synchronous, jobs);
                 }
                 Err(error) => {
                     let _ = ready.send(Err(error));
@@ -117,7 +133,7 @@ pub(crate) fn start(
 }
 
 /// The writer loop: waits for work, groups whatever else is queued, runs it.
-fn run(mut tx: SqliteTx, mut jobs: mpsc::Receiver<Box<dyn Job>>) {
+fn run(mut tx: SqliteTx, synchronous: Synchronous, mut jobs: mpsc::Receiver<Box<dyn Job>>) {
     // `blocking_recv` parks this thread (it is not a runtime thread) until
     // a caller sends; callers keep queueing while a group runs and commits.
     while let Some(first) = jobs.blocking_recv() {
@@ -128,9 +144,28 @@ fn run(mut tx: SqliteTx, mut jobs: mpsc::Receiver<Box<dyn Job>>) {
                 Err(_) => break,
             }
         }
+        // A group of liveness work only is committed without its own
+        // fsync: its WAL frames reach the disk with the next durable
+        // commit or checkpoint. (The setting cannot change inside a
+        // transaction, so it is decided per group, before BEGIN.)
+        let relaxed = synchronous == Synchronous::Full && group.iter().all(|job| job.is_liveness());
+        if relaxed {
+            relax(&tx, "NORMAL");
+        }
         run_group(&mut tx, group);
+        if relaxed {
+            relax(&tx, synchronous.pragma_value());
+        }
     }
     // Dropping the transaction closes the connection.
+}
+
+/// Sets `PRAGMA synchronous` between groups. A failure leaves the
+/// setting as it was, which is only ever the more durable one.
+fn relax(tx: &SqliteTx, level: &str) {
+    if let Err(error) = tx.execute(&format!("PRAGMA synchronous = {level}")) {
+        tracing::warn!(%error, level, "could not set the writer's synchronous level");
+    }
 }
 
 /// Runs one piece of work to completion on this thread. Its future only

@@ -281,6 +281,23 @@ pub trait Store: Clone + Send + Sync + 'static {
         E: From<StoreError> + Send + 'static,
         F: for<'t> FnOnce(&'t mut Self::Tx) -> BoxFuture<'t, Result<R, E>> + Send + 'static;
 
+    /// Like [`Store::write`], for work that changes only liveness — lease
+    /// rows a heartbeat extends, never the log or a projection. A backend
+    /// may commit such work without waiting for it to reach the disk when
+    /// nothing durable shares its commit: losing the last lease extensions
+    /// to a power failure only lets recovery interrupt claims sooner, and
+    /// the workers holding them died with the machine (a worker on another
+    /// host is still fenced: its late completion is refused). The default
+    /// is the durable [`Store::write`].
+    fn write_liveness<R, E, F>(&self, work: F) -> impl Future<Output = Result<R, E>> + Send
+    where
+        R: Send + 'static,
+        E: From<StoreError> + Send + 'static,
+        F: for<'t> FnOnce(&'t mut Self::Tx) -> BoxFuture<'t, Result<R, E>> + Send + 'static,
+    {
+        self.write(work)
+    }
+
     /// Every event of one stream, in stream order.
     fn read_stream(&self, stream_id: &StreamId) -> impl Future<Output = Result<Vec<EventEnvelope>, StoreError>> + Send;
 

@@ -131,6 +131,10 @@ pub struct Job {
     stop_rx: watch::Receiver<Option<StopReason>>,
     progress: ProgressState,
     temporary: Vec<PathBuf>,
+    /// A share of a limited resource (a CPU permit) the task handed over
+    /// with [`Job::hold_compute_share`]; given back when outputs are
+    /// committed.
+    compute_share: Option<Box<dyn Send + Sync>>,
 }
 
 impl fmt::Debug for Job {
@@ -171,7 +175,23 @@ impl Job {
                 reports: 0,
             },
             temporary: Vec::new(),
+            compute_share: None,
         }
+    }
+
+    /// Hands the job a share of a limited resource the task holds while
+    /// it computes — typically a semaphore permit that bounds how many
+    /// tasks use the CPU at once. The job gives it back (drops it) when the
+    /// task starts committing an output, whose flush, fenced heartbeat and
+    /// rename wait on the disk, so another task can compute meanwhile.
+    pub fn hold_compute_share(&mut self, share: impl Send + Sync + 'static) {
+        self.compute_share = Some(Box::new(share));
+    }
+
+    /// Gives back the share handed over with [`Job::hold_compute_share`],
+    /// if the job still holds it.
+    pub fn release_compute_share(&mut self) {
+        self.compute_share = None;
     }
 
     /// The claim: inputs, revision, target ids, attempt, token, lease.
@@ -388,6 +408,8 @@ impl Job {
                 final_path.display()
             )));
         }
+        // From here on the job waits on the disk, not the CPU.
+        self.release_compute_share();
         if let Some(reason) = self.stop_reason() {
             self.discard(temporary).await;
             return Err(reason.into());
