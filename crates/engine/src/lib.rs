@@ -34,8 +34,8 @@ pub use queries::{BatchSummary, ProjectionLag, StatusReport};
 pub use replay::{ReplayStats, VerifyReport};
 pub use startup::{MaintenanceReport, StartupReport};
 pub use work::{
-    ClaimRequest, HeartbeatOutcome, Progress, RecoveryHook, RecoveryReport, RequestOutcome, TaskClaim, TaskOutcome,
-    TaskRequest, TaskTarget, TaskView, MAX_CLAIM_BATCH,
+    ClaimOutcome, ClaimRequest, HeartbeatOutcome, OutcomeReport, Progress, RecoveryHook, RecoveryReport,
+    RequestOutcome, TaskClaim, TaskOutcome, TaskRequest, TaskTarget, TaskView, MAX_CLAIM_BATCH,
 };
 
 use opledger_store::Store;

@@ -189,6 +189,23 @@ impl TaskView {
     }
 }
 
+/// How a worker ended one claim, for [`Engine::report_outcomes`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum ClaimOutcome {
+    /// Finished: an output, or no result.
+    Complete(Completion),
+    /// Failed: retried with backoff while attempts remain unless `terminal`.
+    Fail { error: String, terminal: bool },
+}
+
+/// One worker's report of one claim, with the context its events carry.
+#[derive(Debug, Clone)]
+pub struct OutcomeReport {
+    pub context: CommandContext,
+    pub fence: Fence,
+    pub outcome: ClaimOutcome,
+}
+
 /// What a recovery pass did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RecoveryReport {
@@ -747,6 +764,37 @@ impl<S: Store> Engine<S> {
             .await
     }
 
+    /// Whether `fence` still holds its task, read from a read connection
+    /// without writing anything: the lease as it stands and whether a
+    /// cancel was requested. A stale or unknown claim is a Conflict, as a
+    /// heartbeat would answer. A worker about to publish an output whose
+    /// lease has plenty of time left checks with this instead of a
+    /// heartbeat (recovery only takes expired leases).
+    pub async fn claim_standing(&self, fence: &Fence) -> Result<HeartbeatOutcome, EngineError> {
+        let stale = || stale_claim(fence);
+        let lease = self.store.lease(&fence.claim_token).await?.ok_or_else(stale)?;
+        for target_type in [TargetType::Media, TargetType::Region] {
+            let key = state_key(target_type, lease.operation_id);
+            let found = self
+                .store
+                .load_rows(state_table(target_type), std::slice::from_ref(&key.key))
+                .await?;
+            if let Some(Row::ProcessingState(state)) = found.into_iter().next() {
+                work::check_fence(&state, fence)?;
+                return Ok(HeartbeatOutcome {
+                    lease_expires_at: lease.lease_expires_at,
+                    cancel_requested: state.cancel_requested,
+                });
+            }
+        }
+        Err(stale())
+    }
+
+    /// The engine clock's time now.
+    pub fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
+
     /// Records progress of a claimed task. A new phase is an event on the
     /// timeline; counters within a phase are liveness (the lease row), and
     /// the last counters become an event when the task finishes. Workers
@@ -867,10 +915,55 @@ impl<S: Store> Engine<S> {
                 let decide: Decision = Box::new(move |state: &ProcessingStateRow| {
                     work::decide_complete(state, &decision_fence, completion)
                 });
-                (fence, decide)
+                (fence, stamp.clone(), decide)
             })
             .collect();
-        self.finish_many(stamp, reports).await
+        self.finish_many(reports).await
+    }
+
+    /// Records many workers' outcomes — completions and failures, each
+    /// with its own actor and correlation — in one transaction. Each is
+    /// fenced, decided and answered exactly as [`Engine::complete_task`] or
+    /// [`Engine::fail_task`] would; a stale one is its own Conflict and does
+    /// not stop the others. A worker pool sends the outcomes that queued
+    /// while its previous report was being written, so a busy pool pays one
+    /// command's fixed cost per batch instead of per task.
+    pub fn report_outcomes<'a>(
+        &'a self,
+        reports: Vec<OutcomeReport>,
+    ) -> opledger_store::BoxFuture<'a, Result<Vec<Result<TaskOutcome, EngineError>>, EngineError>> {
+        Box::pin(self.report_outcomes_now(reports))
+    }
+
+    async fn report_outcomes_now(
+        &self,
+        reports: Vec<OutcomeReport>,
+    ) -> Result<Vec<Result<TaskOutcome, EngineError>>, EngineError> {
+        let mut decisions = Vec::with_capacity(reports.len());
+        for report in reports {
+            let stamp = self.stamp(&report.context);
+            let now = stamp.recorded_at;
+            let fence = report.fence.clone();
+            let decide: Decision = match report.outcome {
+                ClaimOutcome::Complete(completion) => {
+                    Box::new(move |state: &ProcessingStateRow| work::decide_complete(state, &fence, completion))
+                }
+                ClaimOutcome::Fail { error, terminal } => {
+                    let error = if error.trim().is_empty() {
+                        "the task failed without a message".to_string()
+                    } else {
+                        error
+                    };
+                    let jitter_draw = self.jitter.draw();
+                    Box::new(move |state: &ProcessingStateRow| {
+                        let policy = task_kind(&state.task_kind)?.policy;
+                        work::decide_fail(state, &fence, &error, terminal, &policy, now, jitter_draw)
+                    })
+                }
+            };
+            decisions.push((report.fence, stamp, decide));
+        }
+        self.finish_many(decisions).await
     }
 
     /// Records a worker's failure (fenced): retried with backoff and
@@ -943,7 +1036,7 @@ impl<S: Store> Engine<S> {
     where
         D: FnOnce(&ProcessingStateRow) -> Result<Vec<Event>, opledger_domain::DomainError> + Send + 'static,
     {
-        let mut outcomes = self.finish_many(stamp, vec![(fence, Box::new(decide))]).await?;
+        let mut outcomes = self.finish_many(vec![(fence, stamp, Box::new(decide))]).await?;
         outcomes.pop().expect("one report gets one answer")
     }
 
@@ -952,21 +1045,20 @@ impl<S: Store> Engine<S> {
     /// are appended and folded together.
     async fn finish_many(
         &self,
-        stamp: crate::commands::Stamp,
-        reports: Vec<(Fence, Decision)>,
+        reports: Vec<(Fence, crate::commands::Stamp, Decision)>,
     ) -> Result<Vec<Result<TaskOutcome, EngineError>>, EngineError> {
         self.store
             .write(move |tx: &mut S::Tx| {
                 Box::pin(async move {
                     let mut rows = WorkingSet::default();
-                    let tokens: Vec<String> = reports.iter().map(|(fence, _)| fence.claim_token.clone()).collect();
+                    let tokens: Vec<String> = reports.iter().map(|(fence, _, _)| fence.claim_token.clone()).collect();
                     let leases = tx.leases(&tokens).await?;
                     let operation_ids: Vec<OperationId> = leases.iter().map(|lease| lease.operation_id).collect();
                     load_states(tx, &mut rows, &operation_ids).await?;
                     let mut answers: Vec<Result<OperationId, EngineError>> = Vec::with_capacity(reports.len());
                     let mut appends = Vec::new();
                     let mut touched: Vec<OperationId> = Vec::new();
-                    for (fence, decide) in reports {
+                    for (fence, stamp, decide) in reports {
                         let decided = (|| {
                             let stale = || stale_claim(&fence);
                             let lease = leases

@@ -6,8 +6,8 @@
 use opledger_domain::OperationStatus;
 use opledger_domain::Timestamp;
 use opledger_engine::{
-    ClaimRequest, CommandContext, Completion, Engine, Fence, FixedClock, FixedJitter, Progress, SequentialIds,
-    TaskRequest, TaskTarget,
+    ClaimOutcome, ClaimRequest, CommandContext, Completion, Engine, Fence, FixedClock, FixedJitter, OutcomeReport,
+    Progress, SequentialIds, TaskRequest, TaskTarget,
 };
 use opledger_store::Store;
 use opledger_testkit::{backend_tests, Backend};
@@ -456,9 +456,148 @@ async fn removing_a_media_item_cancels_its_unfinished_tasks_and_ends_their_claim
     assert!(verify.is_identical(), "{}", verify.render());
 }
 
+/// Workers' outcomes reported together (`report_outcomes`, what a pool's
+/// reporter sends) are each fenced and decided on their own, carry their own
+/// actor and correlation on the timeline, and leave the state replay
+/// reproduces. `claim_standing` answers like a heartbeat without writing.
+async fn outcomes_reported_together_are_each_fenced_and_keep_their_own_actor<B: Backend>(backend: &B) {
+    let store = backend.open().await;
+    let clock = Arc::new(FixedClock::at(Timestamp::from_micros(1_700_000_000_000_000)));
+    let engine = Engine::with_clock(store, clock.clone(), Arc::new(SequentialIds::default()))
+        .with_jitter(Arc::new(FixedJitter(500)));
+    engine.startup().await.unwrap();
+    let context = CommandContext::actor("test");
+    for index in 0..4 {
+        let media = engine
+            .register_media(
+                &context,
+                &format!("/o/{index}.png"),
+                "image",
+                Some(format!("sha256:{index}")),
+                None,
+            )
+            .await
+            .unwrap();
+        engine
+            .request_task(
+                &context,
+                TaskRequest {
+                    target: TaskTarget::Media(media),
+                    kind: "metadata".into(),
+                    inputs: json!({}),
+                    priority: 0,
+                },
+            )
+            .await
+            .unwrap();
+    }
+    let claims = engine
+        .claim_tasks(
+            &context,
+            ClaimRequest {
+                kinds: vec!["metadata".into()],
+                worker: "pool".into(),
+                lease_ms: 30_000,
+                limit: 4,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(claims.len(), 4);
+
+    // Standing: read, no write; a cancel request shows; a finished claim is a conflict.
+    let head = engine.store().head().await.unwrap();
+    let standing = engine.claim_standing(&claims[0].fence()).await.unwrap();
+    assert!(!standing.cancel_requested);
+    assert_eq!(standing.lease_expires_at, claims[0].lease_expires_at);
+    engine
+        .cancel_task(&context, claims[3].operation_id, "no longer needed")
+        .await
+        .unwrap();
+    assert!(
+        engine
+            .claim_standing(&claims[3].fence())
+            .await
+            .unwrap()
+            .cancel_requested
+    );
+    assert!(engine.claim_standing(&Fence::token("no-such-claim")).await.is_err());
+    assert_eq!(
+        engine.store().head().await.unwrap(),
+        head + 1,
+        "only the cancel request appended"
+    );
+
+    let slot = |index: usize| {
+        CommandContext::actor(format!("pool/slot-{index}")).with_correlation(claims[index].claim_token.clone())
+    };
+    let report = |index: usize, outcome: ClaimOutcome| OutcomeReport {
+        context: slot(index),
+        fence: claims[index].fence(),
+        outcome,
+    };
+    let answers = engine
+        .report_outcomes(vec![
+            report(0, ClaimOutcome::Complete(Completion::Output(json!({"width": 4})))),
+            report(
+                1,
+                ClaimOutcome::Fail {
+                    error: "decoder busy".into(),
+                    terminal: false,
+                },
+            ),
+            OutcomeReport {
+                context: CommandContext::actor("stranger"),
+                fence: Fence::token("no-such-claim"),
+                outcome: ClaimOutcome::Complete(Completion::Output(json!({}))),
+            },
+            report(
+                2,
+                ClaimOutcome::Fail {
+                    error: "not an image".into(),
+                    terminal: true,
+                },
+            ),
+            report(
+                3,
+                ClaimOutcome::Fail {
+                    error: "stopped".into(),
+                    terminal: false,
+                },
+            ),
+        ])
+        .await
+        .unwrap();
+    let statuses: Vec<Option<OperationStatus>> = answers
+        .iter()
+        .map(|answer| answer.as_ref().ok().map(|outcome| outcome.status))
+        .collect();
+    assert_eq!(
+        statuses,
+        vec![
+            Some(OperationStatus::Succeeded),
+            Some(OperationStatus::RetryWaiting),
+            None,
+            Some(OperationStatus::FailedTerminal),
+            Some(OperationStatus::Cancelled),
+        ]
+    );
+    for (index, claim) in claims.iter().enumerate() {
+        let timeline = engine.timeline(claim.operation_id).await.unwrap();
+        let last = timeline.last().unwrap();
+        assert_eq!(last.actor, format!("pool/slot-{index}"), "{:?}", last.event_type());
+        assert_eq!(last.correlation_id, claim.claim_token);
+    }
+    let failed = engine.task_by_operation(claims[1].operation_id).await.unwrap().unwrap();
+    assert_eq!(failed.state.last_error.as_deref(), Some("decoder busy"));
+    let verify = engine.verify().await.unwrap();
+    assert!(verify.is_identical(), "{}", verify.render());
+}
+
 backend_tests!(
     a_task_goes_from_request_to_completion_and_replay_agrees,
     batched_requests_and_completions_answer_each_item_on_its_own,
     work_protocol_commands_run_on_spawned_tasks,
     removing_a_media_item_cancels_its_unfinished_tasks_and_ends_their_claims,
+    outcomes_reported_together_are_each_fenced_and_keep_their_own_actor,
 );

@@ -25,7 +25,7 @@ use thiserror::Error;
 const CHUNK: usize = 250;
 
 /// Claims the pool holds per image worker (see [`Limited`]).
-const CLAIMS_PER_WORKER: usize = 8;
+const CLAIMS_PER_WORKER: usize = 32;
 const MAX_SLOTS: usize = 128;
 
 /// A task that waits for one of a limited number of permits before it
@@ -162,6 +162,9 @@ pub enum IngestError {
     #[error(transparent)]
     Pool(#[from] PoolError),
 }
+
+/// Where each media item registered by this run is on disk.
+type KnownPaths = Arc<std::sync::RwLock<BTreeMap<MediaId, PathBuf>>>;
 
 /// A file of this run that is being processed.
 struct InFlight {
@@ -334,10 +337,22 @@ pub async fn ingest<S: Store>(
     );
     // 3. The workers, in the background until every file has settled.
     let executions: ExecutionCounter = Arc::new(AtomicU64::new(0));
+    // Paths of the files this run registered, as registration recorded
+    // them: a task finds its file without a read of the registry. Media
+    // this run did not register (a resumed run's) are looked up.
+    let known_paths: KnownPaths = Arc::new(std::sync::RwLock::new(BTreeMap::new()));
     let resolver_engine = engine.clone();
+    let resolver_paths = known_paths.clone();
     let resolver = resolver_fn(move |media_id: MediaId| {
         let engine = resolver_engine.clone();
+        let known = resolver_paths
+            .read()
+            .ok()
+            .and_then(|paths| paths.get(&media_id).cloned());
         async move {
+            if let Some(path) = known {
+                return Ok(path);
+            }
             engine
                 .media(media_id)
                 .await
@@ -380,7 +395,16 @@ pub async fn ingest<S: Store>(
 
     // 4. Each file through its stages; then wait for its tasks.
     let settled_count = summary.unchanged;
-    let result = drive(&engine, &context, &options, claims, settled_count, progress.as_ref()).await;
+    let result = drive(
+        &engine,
+        &context,
+        &options,
+        claims,
+        settled_count,
+        progress.as_ref(),
+        &known_paths,
+    )
+    .await;
     let _ = stop.send(());
     let pool_report = pool_run
         .await
@@ -498,6 +522,7 @@ async fn drive<S: Store>(
     claims: Vec<IngestionClaim>,
     mut settled: usize,
     progress: &dyn IngestProgress,
+    known_paths: &KnownPaths,
 ) -> Result<(usize, usize), IngestError> {
     let settler = Settler::new(options.settle_quiet).with_poll(options.settle_quiet / 5);
     let parallel = options.workers.max(1);
@@ -529,7 +554,8 @@ async fn drive<S: Store>(
         }
     }
     for chunk in chunks(ready, CHUNK) {
-        let (registered, created, unreadable) = register(engine, context, chunk, parallel, &settler, false).await?;
+        let (registered, created, unreadable) =
+            register(engine, context, known_paths, chunk, parallel, &settler, false).await?;
         created_tasks += created;
         settled += unreadable;
         failed += unreadable;
@@ -545,7 +571,8 @@ async fn drive<S: Store>(
         "files settled at a glance registered"
     );
     if !slow.is_empty() {
-        let (registered, created, unreadable) = register(engine, context, slow, parallel, &settler, true).await?;
+        let (registered, created, unreadable) =
+            register(engine, context, known_paths, slow, parallel, &settler, true).await?;
         created_tasks += created;
         settled += unreadable;
         failed += unreadable;
@@ -553,7 +580,8 @@ async fn drive<S: Store>(
     }
     // Resumed files registered by a run that died: find their tasks.
     if !waiting.is_empty() {
-        let (registered, created, unreadable) = register(engine, context, waiting, parallel, &settler, false).await?;
+        let (registered, created, unreadable) =
+            register(engine, context, known_paths, waiting, parallel, &settler, false).await?;
         created_tasks += created;
         settled += unreadable;
         failed += unreadable;
@@ -588,6 +616,7 @@ fn chunks<T>(items: Vec<T>, size: usize) -> Vec<Vec<T>> {
 async fn register<S: Store>(
     engine: &Engine<S>,
     context: &CommandContext,
+    known_paths: &KnownPaths,
     files: Vec<InFlight>,
     parallel: usize,
     settler: &Settler,
@@ -658,6 +687,9 @@ async fn register<S: Store>(
             created += outcome.tasks_created;
             if let Some(mut file) = by_operation.remove(&outcome.operation_id) {
                 file.media_id = Some(outcome.media_id);
+                if let Ok(mut paths) = known_paths.write() {
+                    paths.insert(outcome.media_id, PathBuf::from(&file.claim.path));
+                }
                 file.tasks = outcome.task_operations;
                 registered.push(file);
             }

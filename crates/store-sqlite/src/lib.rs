@@ -485,7 +485,11 @@ mod tests {
             let store = SqliteStore::open(config).await.unwrap();
             for _ in 0..3 {
                 assert_eq!(store.write_liveness(level_inside).await.unwrap(), 1, "{configured:?}");
-                assert_eq!(store.write(level_inside).await.unwrap(), durable_level, "{configured:?}");
+                assert_eq!(
+                    store.write(level_inside).await.unwrap(),
+                    durable_level,
+                    "{configured:?}"
+                );
             }
             // Queued together, a liveness piece shares the durable commit.
             let (liveness, durable) = tokio::join!(store.write_liveness(level_inside), store.write(level_inside));

@@ -3,7 +3,7 @@
 //! [`crate::Job`] and [`crate::Task`] are not generic over the store.
 
 use futures::future::BoxFuture;
-use opledger_domain::DomainError;
+use opledger_domain::{DomainError, Timestamp};
 use opledger_engine::{CommandContext, Engine, EngineError, Fence, HeartbeatOutcome, Progress};
 use opledger_store::{ErrorKind, Store};
 
@@ -18,6 +18,13 @@ pub(crate) trait Backend: Send + Sync + 'static {
         fence: &'a Fence,
         progress: Progress,
     ) -> BoxFuture<'a, Result<(), EngineError>>;
+
+    /// Whether the claim still holds its task, read without writing, and
+    /// the engine clock's time as of the answer.
+    fn claim_standing<'a>(
+        &'a self,
+        fence: &'a Fence,
+    ) -> BoxFuture<'a, Result<(HeartbeatOutcome, Timestamp), EngineError>>;
 }
 
 impl<S: Store> Backend for Engine<S> {
@@ -36,6 +43,16 @@ impl<S: Store> Backend for Engine<S> {
         progress: Progress,
     ) -> BoxFuture<'a, Result<(), EngineError>> {
         Box::pin(self.report_progress(context, fence, progress))
+    }
+
+    fn claim_standing<'a>(
+        &'a self,
+        fence: &'a Fence,
+    ) -> BoxFuture<'a, Result<(HeartbeatOutcome, Timestamp), EngineError>> {
+        Box::pin(async move {
+            let standing = Engine::claim_standing(self, fence).await?;
+            Ok((standing, self.now()))
+        })
     }
 }
 

@@ -395,9 +395,10 @@ impl Job {
     }
 
     /// Commits a finished temporary output: flushes it to disk, checks that
-    /// the claim still holds the task (a fenced heartbeat, which also
-    /// extends the lease by the pool's lease length, so recovery cannot
-    /// take the task in the moment before the rename), then atomically
+    /// the claim still holds the task (a read while more than half the
+    /// lease is left, else a fenced heartbeat, which also extends the lease
+    /// by the pool's lease length, so recovery cannot take the task in the
+    /// moment before the rename), then atomically
     /// renames it to `final_path`. If the claim was lost or cancellation was
     /// requested, the temporary file is removed, nothing is renamed, and
     /// the error says why: an old claim never overwrites a newer output.
@@ -422,7 +423,23 @@ impl Job {
                 path: temporary.to_path_buf(),
                 source,
             })?;
-        match self.backend.heartbeat(&self.fence, self.lease_ms).await {
+        // A read says whether the claim still holds the task; while more
+        // than half its lease is left, recovery (which takes expired leases
+        // only) cannot take it before the rename, and no write is needed.
+        // Near expiry, or when the read fails, a fenced heartbeat both
+        // checks and extends the lease.
+        let half_lease_us = self.lease_ms.saturating_mul(500);
+        let standing = match self.backend.claim_standing(&self.fence).await {
+            Ok((beat, now))
+                if beat.cancel_requested
+                    || beat.lease_expires_at.as_micros().saturating_sub(now.as_micros()) > half_lease_us =>
+            {
+                Ok(beat)
+            }
+            Err(error) if is_claim_lost(&error) => Err(error),
+            _ => self.backend.heartbeat(&self.fence, self.lease_ms).await,
+        };
+        match standing {
             Ok(beat) if beat.cancel_requested => {
                 trip(&self.stop_tx, StopReason::CancelRequested);
                 self.discard(temporary).await;

@@ -8,17 +8,19 @@ use crate::task::{DynTask, Outcome, Task, TaskError};
 use futures::FutureExt;
 use opledger_domain::OperationStatus;
 use opledger_engine::{
-    ClaimRequest, CommandContext, Engine, EngineError, Fence, RecoveryReport, TaskClaim, MAX_CLAIM_BATCH, MAX_LEASE_MS,
+    ClaimOutcome, ClaimRequest, CommandContext, Engine, EngineError, Fence, OutcomeReport, RecoveryReport, TaskClaim,
+    TaskOutcome, MAX_CLAIM_BATCH, MAX_LEASE_MS,
 };
 use opledger_store::Store;
 use std::any::Any;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use thiserror::Error;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 use tracing::Instrument;
 
@@ -99,6 +101,7 @@ struct Settings {
     recovery_interval: Duration,
     stop_grace: Duration,
     progress_interval: Duration,
+    report_linger: Duration,
 }
 
 /// Builds a [`WorkerPool`]; see [`WorkerPool::builder`] for the defaults.
@@ -114,6 +117,7 @@ pub struct WorkerPoolBuilder<S: Store> {
     recovery_interval: Duration,
     stop_grace: Duration,
     progress_interval: Duration,
+    report_linger: Duration,
 }
 
 impl<S: Store> WorkerPoolBuilder<S> {
@@ -169,6 +173,16 @@ impl<S: Store> WorkerPoolBuilder<S> {
     /// The progress throttle (default [`PROGRESS_INTERVAL`], 250 ms).
     pub fn progress_interval(mut self, interval: Duration) -> Self {
         self.progress_interval = interval;
+        self
+    }
+
+    /// How long a finished job's outcome may wait for other running jobs'
+    /// outcomes to be written with it in one command (default 20 ms). The
+    /// wait ends early once every running job has reported, so a lone job
+    /// is written at once; a busy pool writes its outcomes in batches,
+    /// paying one command's fixed cost and one commit per batch.
+    pub fn report_linger(mut self, linger: Duration) -> Self {
+        self.report_linger = linger;
         self
     }
 
@@ -233,6 +247,7 @@ impl<S: Store> WorkerPoolBuilder<S> {
             recovery_interval: self.recovery_interval,
             stop_grace: self.stop_grace,
             progress_interval: self.progress_interval,
+            report_linger: self.report_linger,
         };
         Ok(WorkerPool {
             shared: Arc::new(Shared {
@@ -337,6 +352,7 @@ impl<S: Store> WorkerPool<S> {
             recovery_interval: Duration::from_secs(30),
             stop_grace: Duration::from_secs(10),
             progress_interval: PROGRESS_INTERVAL,
+            report_linger: DEFAULT_REPORT_LINGER,
         }
     }
 
@@ -386,6 +402,18 @@ where
         tracing::info!(?upkeep, "upkeep at start");
     }
 
+    let (reports, queued_reports) = mpsc::unbounded_channel();
+    let running = Arc::new(AtomicUsize::new(0));
+    let reporter_task = tokio::spawn(
+        reporter(
+            shared.engine.clone(),
+            queued_reports,
+            running.clone(),
+            settings.report_linger,
+        )
+        .in_current_span(),
+    );
+    let reporter = Reporter { queue: reports };
     let mut jobs: JoinSet<(JobEnd, u64)> = JoinSet::new();
     let mut slots: HashMap<tokio::task::Id, usize> = HashMap::new();
     let mut free: BTreeSet<usize> = (0..settings.workers).collect();
@@ -402,7 +430,7 @@ where
 
     loop {
         while let Some(joined) = jobs.try_join_next_with_id() {
-            end_job(joined, &mut slots, &mut free, &mut report);
+            end_job(&running, joined, &mut slots, &mut free, &mut report);
         }
         // Claim for the free slots; go on claiming while claims come
         // back full (there may be more work than one batch).
@@ -416,8 +444,9 @@ where
                     report.claimed += got as u64;
                     for claim in claims {
                         let slot = free.pop_first().expect("a claim never takes more than the free slots");
-                        let id = spawn_job(&shared, &mut jobs, slot, claim);
+                        let id = spawn_job(&shared, &reporter, &mut jobs, slot, claim);
                         slots.insert(id, slot);
+                        running.store(slots.len(), Ordering::SeqCst);
                     }
                     if got == limit && !free.is_empty() {
                         continue;
@@ -446,7 +475,7 @@ where
                 stopping = true;
             }
             Some(joined) = jobs.join_next_with_id(), if !jobs.is_empty() => {
-                end_job(joined, &mut slots, &mut free, &mut report);
+                end_job(&running, joined, &mut slots, &mut free, &mut report);
             }
             _ = recovery.tick(), if !stopping => {
                 match shared.engine.recover(&context).await {
@@ -462,9 +491,97 @@ where
             () = tokio::time::sleep(settings.idle_poll), if poll => {}
         }
     }
+    // Every job has reported; the reporter ends once its queue closes.
+    drop(reporter);
+    if let Err(error) = reporter_task.await {
+        tracing::error!(%error, "the outcome reporter ended abnormally");
+    }
     match fatal {
         Some(error) => Err(PoolError::Engine(error)),
         None => Ok(report),
+    }
+}
+
+/// Most outcomes written in one command.
+const MAX_REPORT_BATCH: usize = 128;
+
+/// See [`WorkerPoolBuilder::report_linger`].
+const DEFAULT_REPORT_LINGER: Duration = Duration::from_millis(20);
+
+/// An outcome waiting for the reporter, and where its answer goes.
+struct PendingReport {
+    report: OutcomeReport,
+    answer: oneshot::Sender<Result<TaskOutcome, EngineError>>,
+}
+
+/// How jobs hand their outcomes to the pool's reporter.
+#[derive(Clone)]
+struct Reporter {
+    queue: mpsc::UnboundedSender<PendingReport>,
+}
+
+impl Reporter {
+    /// Records one claim's outcome; answers once it is durable (or refused).
+    async fn report(
+        &self,
+        context: &CommandContext,
+        fence: &Fence,
+        outcome: ClaimOutcome,
+    ) -> Result<TaskOutcome, EngineError> {
+        let (answer, answered) = oneshot::channel();
+        let report = OutcomeReport {
+            context: context.clone(),
+            fence: fence.clone(),
+            outcome,
+        };
+        let gone = || {
+            EngineError::Store(opledger_store::StoreError::unavailable(
+                "the pool's outcome reporter has stopped",
+            ))
+        };
+        self.queue.send(PendingReport { report, answer }).map_err(|_| gone())?;
+        answered.await.map_err(|_| gone())?
+    }
+}
+
+/// Writes the outcomes jobs send, one command at a time: the outcomes that
+/// queued while one batch was being written go together in the next. A
+/// pool whose jobs finish faster than the store commits thus pays one
+/// command's fixed cost (loads, positions, savepoint, commit) per batch
+/// instead of per task; a quiet pool writes each outcome at once.
+async fn reporter<S: Store>(
+    engine: Engine<S>,
+    mut queue: mpsc::UnboundedReceiver<PendingReport>,
+    running: Arc<AtomicUsize>,
+    linger: Duration,
+) {
+    while let Some(first) = queue.recv().await {
+        let mut batch = vec![first];
+        let deadline = tokio::time::Instant::now() + linger;
+        while batch.len() < MAX_REPORT_BATCH {
+            match queue.try_recv() {
+                Ok(pending) => batch.push(pending),
+                // Every running job has reported: nothing more will come.
+                Err(_) if batch.len() >= running.load(Ordering::SeqCst) => break,
+                Err(_) => match tokio::time::timeout_at(deadline, queue.recv()).await {
+                    Ok(Some(pending)) => batch.push(pending),
+                    Ok(None) | Err(_) => break,
+                },
+            }
+        }
+        let reports: Vec<OutcomeReport> = batch.iter().map(|pending| pending.report.clone()).collect();
+        match with_retries("report outcomes", || engine.report_outcomes(reports.clone())).await {
+            Ok(answers) => {
+                for (pending, answer) in batch.into_iter().zip(answers) {
+                    let _ = pending.answer.send(answer);
+                }
+            }
+            Err(error) => {
+                for pending in batch {
+                    let _ = pending.answer.send(Err(error.clone()));
+                }
+            }
+        }
     }
 }
 
@@ -489,6 +606,7 @@ async fn claim<S: Store>(
 
 fn spawn_job<S: Store>(
     shared: &Arc<Shared<S>>,
+    reporter: &Reporter,
     jobs: &mut JoinSet<(JobEnd, u64)>,
     slot: usize,
     claim: TaskClaim,
@@ -502,10 +620,12 @@ fn spawn_job<S: Store>(
         attempt = claim.attempt,
         actor = %actor,
     );
-    jobs.spawn(run_job(shared, actor, claim).instrument(span)).id()
+    jobs.spawn(run_job(shared, reporter.clone(), actor, claim).instrument(span))
+        .id()
 }
 
 fn end_job(
+    running: &AtomicUsize,
     joined: Result<(tokio::task::Id, (JobEnd, u64)), tokio::task::JoinError>,
     slots: &mut HashMap<tokio::task::Id, usize>,
     free: &mut BTreeSet<usize>,
@@ -526,19 +646,25 @@ fn end_job(
         }
     };
     if let Some(slot) = slots.remove(&id) {
+        running.store(slots.len(), Ordering::SeqCst);
         free.insert(slot);
     }
 }
 
 /// One claim, from start to report.
-async fn run_job<S: Store>(shared: Arc<Shared<S>>, actor: String, claim: TaskClaim) -> (JobEnd, u64) {
+async fn run_job<S: Store>(
+    shared: Arc<Shared<S>>,
+    reporter: Reporter,
+    actor: String,
+    claim: TaskClaim,
+) -> (JobEnd, u64) {
     let settings = &shared.settings;
     let fence = claim.fence();
     let context = CommandContext::actor(actor).with_correlation(claim.claim_token.clone());
     let Some(task) = shared.tasks.get(claim.task_kind.as_str()).cloned() else {
         // Claims are filtered by the registered kinds; this is a bug.
         let error = format!("no task for kind {} in pool {}", claim.task_kind, settings.name);
-        let kind = report_failure(&shared.engine, &context, &fence, &error, false, false).await;
+        let kind = report_failure(&reporter, &context, &fence, &error, false, false).await;
         return (JobEnd { executed: false, kind }, 0);
     };
 
@@ -570,7 +696,7 @@ async fn run_job<S: Store>(shared: Arc<Shared<S>>, actor: String, claim: TaskCla
     if let Err(error) = heartbeat.await {
         tracing::warn!(%error, "the heartbeat loop ended abnormally");
     }
-    let kind = record_end(&shared.engine, &context, &fence, &mut job, ran).await;
+    let kind = record_end(&shared.engine, &reporter, &context, &fence, &mut job, ran).await;
     (JobEnd { executed: true, kind }, job.progress_reports())
 }
 
@@ -610,6 +736,7 @@ fn panic_message(payload: &(dyn Any + Send)) -> String {
 /// completed even if a cancel request arrived after the task finished.
 async fn record_end<S: Store>(
     engine: &Engine<S>,
+    reporter: &Reporter,
     context: &CommandContext,
     fence: &Fence,
     job: &mut Job,
@@ -649,7 +776,10 @@ async fn record_end<S: Store>(
     let (message, terminal, panicked) = match ran {
         Ran::Returned(Ok(outcome)) => {
             let completion = outcome.into_completion();
-            return match with_retries("complete", || engine.complete_task(context, fence, completion.clone())).await {
+            return match reporter
+                .report(context, fence, ClaimOutcome::Complete(completion))
+                .await
+            {
                 Ok(outcome) => {
                     tracing::debug!(status = %outcome.status, "completed");
                     EndKind::Completed
@@ -678,11 +808,11 @@ async fn record_end<S: Store>(
             false,
         ),
     };
-    report_failure(engine, context, fence, &message, terminal, panicked).await
+    report_failure(reporter, context, fence, &message, terminal, panicked).await
 }
 
-async fn report_failure<S: Store>(
-    engine: &Engine<S>,
+async fn report_failure(
+    reporter: &Reporter,
     context: &CommandContext,
     fence: &Fence,
     message: &str,
@@ -694,7 +824,11 @@ async fn report_failure<S: Store>(
     } else {
         message
     };
-    match with_retries("fail", || engine.fail_task(context, fence, message, terminal)).await {
+    let outcome = ClaimOutcome::Fail {
+        error: message.to_string(),
+        terminal,
+    };
+    match reporter.report(context, fence, outcome).await {
         Ok(outcome) if outcome.status == OperationStatus::Cancelled => {
             // A cancel was requested after the job's last heartbeat: the
             // engine finished it with the failure instead of a retry.
