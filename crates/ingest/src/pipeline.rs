@@ -24,6 +24,9 @@ use thiserror::Error;
 /// Files per transaction when starting, moving and finishing ingestions.
 const CHUNK: usize = 250;
 
+/// Files whose task states one poll reads at a time (see [`finish_settled`]).
+const SETTLE_WINDOW: usize = 64;
+
 /// Claims the pool holds per image worker (see [`Limited`]).
 const CLAIMS_PER_WORKER: usize = 32;
 const MAX_SLOTS: usize = 128;
@@ -730,22 +733,34 @@ async fn finish_settled<S: Store>(
     if in_flight.is_empty() {
         return Ok((0, 0));
     }
-    let tasks: Vec<OperationId> = in_flight.iter().flat_map(|file| file.tasks.iter().copied()).collect();
-    let states: BTreeMap<OperationId, ProcessingStateRow> = engine
-        .media_task_states(&tasks)
-        .await?
-        .into_iter()
-        .map(|state| (state.operation_id, state))
-        .collect();
+    // Tasks are claimed about in registration order, so files settle about
+    // in that order too: read the states of the oldest files a window at a
+    // time, and stop at the first window where most are still running,
+    // instead of reading every file's states on every poll.
+    let mut states: BTreeMap<OperationId, ProcessingStateRow> = BTreeMap::new();
+    let mut looked_at = 0;
+    while looked_at < in_flight.len() {
+        let window = &in_flight[looked_at..(looked_at + SETTLE_WINDOW).min(in_flight.len())];
+        looked_at += window.len();
+        let tasks: Vec<OperationId> = window.iter().flat_map(|file| file.tasks.iter().copied()).collect();
+        let read = engine.media_task_states(&tasks).await?;
+        let settled = read.iter().filter(|state| state.status.is_terminal()).count();
+        states.extend(read.into_iter().map(|state| (state.operation_id, state)));
+        if settled * 2 < tasks.len() {
+            break;
+        }
+    }
     let mut finished = Vec::new();
     let mut failed = 0;
-    let mut still = Vec::new();
-    for file in in_flight.drain(..) {
+    let mut still = in_flight.split_off(looked_at);
+    let looked: Vec<InFlight> = std::mem::take(in_flight);
+    let mut still_running = Vec::new();
+    for file in looked {
         let file_states: Vec<&ProcessingStateRow> = file.tasks.iter().filter_map(|id| states.get(id)).collect();
         let all_settled =
             file_states.len() == file.tasks.len() && file_states.iter().all(|state| state.status.is_terminal());
         if !all_settled {
-            still.push(file);
+            still_running.push(file);
             continue;
         }
         let failures: Vec<String> = file_states
@@ -782,7 +797,10 @@ async fn finish_settled<S: Store>(
         });
         finished.push((file.claim.clone(), Ok(output)));
     }
-    *in_flight = still;
+    // Those still running go back in front of the ones not looked at.
+    let mut waiting = std::mem::take(&mut still_running);
+    waiting.append(&mut still);
+    *in_flight = waiting;
     let done = finished.len();
     for chunk in chunks(finished, CHUNK) {
         engine.finish_ingestions(context, chunk).await?;
