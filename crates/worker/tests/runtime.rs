@@ -386,6 +386,103 @@ async fn a_failure_reported_after_an_unseen_cancel_request_ends_cancelled_not_st
     assert_replay_agrees(&engine).await;
 }
 
+/// Holds one permit of a one-permit semaphore while it computes, hands it
+/// to the job, and records whether the permit was free again right after
+/// its output was committed.
+struct Sharing {
+    permits: Arc<tokio::sync::Semaphore>,
+    outputs: PathBuf,
+    free_after_commit: Arc<Mutex<Vec<usize>>>,
+    engine: Engine<SqliteStore>,
+    clock: Arc<FixedClock>,
+    /// The lease row's last heartbeat after the commit, against the claim's.
+    beats_after_commit: Arc<Mutex<Vec<(Timestamp, Timestamp)>>>,
+}
+
+impl Task for Sharing {
+    fn kind(&self) -> &'static str {
+        "thumbnail"
+    }
+
+    async fn run(&self, job: &mut Job) -> Result<Outcome, TaskError> {
+        let permit = self.permits.clone().acquire_owned().await.unwrap();
+        job.hold_compute_share(permit);
+        assert_eq!(self.permits.available_permits(), 0);
+        let final_path = self.outputs.join(format!("{}.png", job.operation_id()));
+        let temporary = job.output_path_for(&final_path)?;
+        std::fs::write(&temporary, job.revision())?;
+        // A second of the 60 s lease gone: a heartbeat would stamp it.
+        self.clock.advance_millis(1_000);
+        job.commit_output(&temporary, &final_path).await?;
+        let lease = self
+            .engine
+            .task_by_operation(job.operation_id())
+            .await
+            .unwrap()
+            .unwrap()
+            .lease
+            .unwrap();
+        self.beats_after_commit
+            .lock()
+            .unwrap()
+            .push((lease.heartbeat_at, job.claim().lease_expires_at.plus_millis(-60_000)));
+        self.free_after_commit
+            .lock()
+            .unwrap()
+            .push(self.permits.available_permits());
+        Ok(Outcome::output(json!({"path": final_path})))
+    }
+}
+
+/// A task's CPU share goes back when it starts committing its output (the
+/// flush, fence check and rename wait on the disk), and the output commit
+/// of a claim with most of its lease left checks the fence by a read: no
+/// lease extension is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn committing_an_output_gives_back_the_compute_share_and_reads_the_fence() {
+    let folder = tempfile::tempdir().unwrap();
+    let outputs = folder.path().join("thumbnails");
+    std::fs::create_dir(&outputs).unwrap();
+    let (engine, clock) = engine_with_clock(folder.path()).await;
+    let beats_after_commit = Arc::new(Mutex::new(Vec::new()));
+    let mut operations = Vec::new();
+    for index in 0..6 {
+        let media = register(&engine, index).await;
+        operations.push(request(&engine, media, "thumbnail").await);
+    }
+    let free_after_commit = Arc::new(Mutex::new(Vec::new()));
+    let pool = WorkerPool::builder(engine.clone(), "sharing")
+        .task(Sharing {
+            permits: Arc::new(tokio::sync::Semaphore::new(1)),
+            outputs: outputs.clone(),
+            free_after_commit: free_after_commit.clone(),
+            engine: engine.clone(),
+            clock: clock.clone(),
+            beats_after_commit: beats_after_commit.clone(),
+        })
+        .workers(1)
+        .lease(Duration::from_secs(60))
+        .heartbeat_interval(Duration::from_secs(50))
+        .idle_poll(Duration::from_millis(20))
+        .build()
+        .unwrap();
+    let report = pool.run_until_idle().await.unwrap();
+    assert_eq!(report.completed, 6);
+    assert_eq!(*free_after_commit.lock().unwrap(), vec![1; 6]);
+    for (heartbeat_at, claimed_at) in beats_after_commit.lock().unwrap().iter() {
+        assert_eq!(heartbeat_at, claimed_at, "the fence was read, not beaten");
+    }
+    assert_eq!(beats_after_commit.lock().unwrap().len(), 6);
+    for operation in operations {
+        assert_eq!(status_of(&engine, operation).await, OperationStatus::Succeeded);
+        let view = engine.task_by_operation(operation).await.unwrap().unwrap();
+        assert!(view.lease.is_none(), "the lease row went with the completion");
+        assert!(outputs.join(format!("{operation}.png")).exists());
+    }
+    assert!(temporary_files(&outputs).is_empty());
+    assert_replay_agrees(&engine).await;
+}
+
 /// Writes `content` to a temporary output and commits it to
 /// `{outputs}/{operation}.png`. With a gate, it waits between writing and
 /// committing, and hands the commit's result to the test.
