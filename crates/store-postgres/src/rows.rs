@@ -11,7 +11,7 @@ use crate::ddl::{self, Copy};
 use crate::error::map;
 use chrono::{DateTime, Utc};
 use opledger_domain::events::Event;
-use opledger_domain::projections::{Cell, ColumnType, Row, RowKey, TableSpec};
+use opledger_domain::projections::{Cell, ColumnType, Row, RowChange, TableSpec};
 use opledger_domain::{EventEnvelope, StreamId, Timestamp};
 use opledger_store::StoreError;
 use sqlx::postgres::{PgArguments, PgRow};
@@ -339,19 +339,19 @@ pub async fn write_rows(
     conn: &mut PgConnection,
     table_order: &[&'static TableSpec],
     copy: Copy<'_>,
-    changes: &[(RowKey, Option<Row>)],
+    changes: &[RowChange],
 ) -> Result<(), StoreError> {
     for table in table_order {
         // One INSERT … ON CONFLICT may not touch a row twice; a key given
         // twice keeps its last row, as successive upserts would.
         let mut position: BTreeMap<&str, usize> = BTreeMap::new();
         let mut upserts: Vec<&Row> = Vec::new();
-        for (key, row) in changes.iter().filter(|(key, _)| key.table == table.name) {
-            if let Some(row) = row {
-                match position.get(key.key.as_str()) {
+        for change in changes.iter().filter(|change| change.key.table == table.name) {
+            if let Some(row) = &change.after {
+                match position.get(change.key.key.as_str()) {
                     Some(index) => upserts[*index] = row,
                     None => {
-                        position.insert(key.key.as_str(), upserts.len());
+                        position.insert(change.key.key.as_str(), upserts.len());
                         upserts.push(row);
                     }
                 }
@@ -364,8 +364,8 @@ pub async fn write_rows(
     for table in table_order.iter().rev() {
         let deletes: Vec<&str> = changes
             .iter()
-            .filter(|(key, row)| key.table == table.name && row.is_none())
-            .map(|(key, _)| key.key.as_str())
+            .filter(|change| change.key.table == table.name && change.after.is_none())
+            .map(|change| change.key.key.as_str())
             .collect();
         if !deletes.is_empty() {
             delete(conn, table, copy, &deletes).await?;

@@ -10,7 +10,7 @@
 use crate::ddl::{self, Copy, SHADOW_SUFFIX};
 use crate::error::map;
 use crate::{rows, work};
-use opledger_domain::projections::{all_specs, Cell, ProjectionSpec, Row, RowKey, TableSpec};
+use opledger_domain::projections::{all_specs, Cell, ProjectionSpec, Row, RowChange, TableSpec};
 use opledger_domain::EventEnvelope;
 use opledger_store::{ClaimQuery, ExpectedVersion, Lease, RowTarget, StoreError, StreamAppend, TableSet, WriteTx};
 use sqlx::pool::PoolConnection;
@@ -291,7 +291,7 @@ impl RowTarget for PostgresTx {
         rows::find(self.conn().await?, table, copy, &filters, usize::MAX).await
     }
 
-    async fn write_rows(&mut self, changes: &[(RowKey, Option<Row>)]) -> Result<(), StoreError> {
+    async fn write_rows(&mut self, changes: &[RowChange]) -> Result<(), StoreError> {
         let order: Vec<&'static TableSpec> = all_specs()
             .iter()
             .flat_map(|spec| spec.tables.iter().copied())

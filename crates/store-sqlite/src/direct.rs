@@ -11,7 +11,7 @@ use crate::ddl::Copy;
 use crate::error::map_direct;
 use crate::rows::{self, StoredEvent, MAX_PARAMS};
 use crate::work::{self, StoredLease};
-use opledger_domain::projections::{Cell, ColumnType, Row, RowKey, TableSpec};
+use opledger_domain::projections::{Cell, ColumnType, Row, RowChange, TableSpec};
 use opledger_domain::{EventEnvelope, Timestamp};
 use opledger_store::{ClaimQuery, Lease, StoreError};
 use rusqlite::types::{Null, ValueRef};
@@ -248,19 +248,33 @@ pub(crate) fn write_rows(
     connection: &Connection,
     table_order: &[&'static TableSpec],
     copy: Copy<'_>,
-    changes: &[(RowKey, Option<Row>)],
+    changes: &[RowChange],
 ) -> Result<(), StoreError> {
     for table in table_order {
-        let upserts: Vec<&Row> = changes
-            .iter()
-            .filter(|(key, _)| key.table == table.name)
-            .filter_map(|(_, row)| row.as_ref())
-            .collect();
-        if upserts.is_empty() {
+        let mut whole: Vec<&Row> = Vec::new();
+        for change in changes.iter().filter(|change| change.key.table == table.name) {
+            let Some(after) = &change.after else { continue };
+            match change.changed_cells() {
+                // The store holds exactly this row already.
+                Some(changed) if changed.is_empty() => {}
+                // An UPDATE of the changed columns leaves the indexes and
+                // foreign keys over the others alone, which an upsert of
+                // every column does not (measured: about half the cost of
+                // rewriting a processing-state row). A row the store turns
+                // out not to hold is written whole below.
+                Some(changed) => {
+                    if update_columns(connection, table, copy, &change.key.key, &changed)? == 0 {
+                        whole.push(after);
+                    }
+                }
+                None => whole.push(after),
+            }
+        }
+        if whole.is_empty() {
             continue;
         }
         let context = format!("writing {}", crate::ddl::table_name(table.name, copy));
-        for chunk in upserts.chunks(rows::upserts_per_statement(table)) {
+        for chunk in whole.chunks(rows::upserts_per_statement(table)) {
             let mut statement = prepare(connection, &rows::upsert_sql(table, copy, chunk.len()), &context)?;
             let mut index = 0;
             for row in chunk {
@@ -275,8 +289,8 @@ pub(crate) fn write_rows(
     for table in table_order.iter().rev() {
         let deletes: Vec<Cell> = changes
             .iter()
-            .filter(|(key, row)| key.table == table.name && row.is_none())
-            .map(|(key, _)| rows::key_cell(table, &key.key))
+            .filter(|change| change.key.table == table.name && change.after.is_none())
+            .map(|change| rows::key_cell(table, &change.key.key))
             .collect();
         if deletes.is_empty() {
             continue;
@@ -287,6 +301,26 @@ pub(crate) fn write_rows(
         }
     }
     Ok(())
+}
+
+/// Sets the `changed` columns (positions in the table's column list) of the
+/// row keyed `key`; returns the rows changed (0 when there is no such row).
+fn update_columns(
+    connection: &Connection,
+    table: &TableSpec,
+    copy: Copy<'_>,
+    key: &str,
+    changed: &[(usize, Cell)],
+) -> Result<usize, StoreError> {
+    let context = format!("updating {}", crate::ddl::table_name(table.name, copy));
+    let positions: Vec<usize> = changed.iter().map(|(position, _)| *position).collect();
+    let mut statement = prepare(connection, &rows::update_sql(table, copy, &positions), &context)?;
+    for (index, (_, cell)) in changed.iter().enumerate() {
+        bind(&mut statement, index + 1, cell).map_err(|error| map_direct(error, &context))?;
+    }
+    bind(&mut statement, changed.len() + 1, &rows::key_cell(table, key))
+        .map_err(|error| map_direct(error, &context))?;
+    statement.raw_execute().map_err(|error| map_direct(error, &context))
 }
 
 /// Inserts stored envelopes into the log, up to 90 rows per statement. The

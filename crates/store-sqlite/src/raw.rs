@@ -13,7 +13,7 @@ use crate::ddl::{self, Copy};
 use crate::error::map;
 use libsqlite3_sys as ffi;
 use opledger_domain::events::Event;
-use opledger_domain::projections::{Cell, Row, RowKey, TableSpec};
+use opledger_domain::projections::{Cell, Row, RowChange, TableSpec};
 use opledger_domain::{EventEnvelope, StreamId, Timestamp};
 use opledger_store::StoreError;
 use sqlx::SqliteConnection;
@@ -116,7 +116,7 @@ pub async fn write_rows(
     conn: &mut SqliteConnection,
     table_order: &[&'static TableSpec],
     copy: Copy<'_>,
-    changes: &[(RowKey, Option<Row>)],
+    changes: &[RowChange],
 ) -> Result<(), StoreError> {
     let mut handle = conn
         .lock_handle()
@@ -129,8 +129,8 @@ pub async fn write_rows(
         for table in table_order {
             let mut upserts = changes
                 .iter()
-                .filter(|(key, _)| key.table == table.name)
-                .filter_map(|(_, row)| row.as_ref())
+                .filter(|change| change.key.table == table.name)
+                .filter_map(|change| change.after.as_ref())
                 .peekable();
             if upserts.peek().is_none() {
                 continue;
@@ -155,8 +155,8 @@ pub async fn write_rows(
         for table in table_order.iter().rev() {
             let mut deletes = changes
                 .iter()
-                .filter(|(key, row)| key.table == table.name && row.is_none())
-                .map(|(key, _)| vec![Cell::Text(key.key.clone())])
+                .filter(|change| change.key.table == table.name && change.after.is_none())
+                .map(|change| vec![Cell::Text(change.key.key.clone())])
                 .peekable();
             if deletes.peek().is_none() {
                 continue;

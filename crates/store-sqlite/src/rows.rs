@@ -203,6 +203,23 @@ pub(crate) fn upsert_sql(table: &TableSpec, copy: Copy<'_>, rows: usize) -> Stri
     )
 }
 
+/// An `UPDATE` of the columns at `positions` (in the table's column list)
+/// of one row, by key: the values first, the key last.
+pub(crate) fn update_sql(table: &TableSpec, copy: Copy<'_>, positions: &[usize]) -> String {
+    let assignments: Vec<String> = positions
+        .iter()
+        .enumerate()
+        .map(|(index, position)| format!("{} = ?{}", table.columns[*position].name, index + 1))
+        .collect();
+    format!(
+        "UPDATE {} SET {} WHERE {} = ?{}",
+        ddl::table_name(table.name, copy),
+        assignments.join(", "),
+        key_column(table),
+        positions.len() + 1
+    )
+}
+
 /// A `DELETE` of `keys` keys from one copy of a table.
 pub(crate) fn delete_sql(table: &TableSpec, copy: Copy<'_>, keys: usize) -> String {
     format!(

@@ -5,7 +5,7 @@
 use crate::ddl::{self, Copy};
 use crate::error::map;
 use crate::rows;
-use opledger_domain::projections::{all_specs, Cell, Row, RowKey, TableSpec};
+use opledger_domain::projections::{all_specs, Cell, Row, RowChange, TableSpec};
 use opledger_domain::EventEnvelope;
 use opledger_store::{BoxFuture, RowDiff, RowTarget, ScratchTarget, StoreError, TableDiff};
 use sqlx::SqliteConnection;
@@ -111,7 +111,7 @@ impl RowTarget for SqliteScratch {
         rows::find(&mut self.connection, table, Copy::Scratch(SCHEMA), &filters, usize::MAX).await
     }
 
-    async fn write_rows(&mut self, changes: &[(RowKey, Option<Row>)]) -> Result<(), StoreError> {
+    async fn write_rows(&mut self, changes: &[RowChange]) -> Result<(), StoreError> {
         let order: Vec<&'static TableSpec> = all_specs()
             .iter()
             .flat_map(|spec| spec.tables.iter().copied())

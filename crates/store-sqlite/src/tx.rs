@@ -7,7 +7,7 @@
 
 use crate::ddl::{self, Copy, SHADOW_SUFFIX};
 use crate::direct;
-use opledger_domain::projections::{all_specs, Cell, ProjectionSpec, Row, RowKey, TableSpec};
+use opledger_domain::projections::{all_specs, Cell, ProjectionSpec, Row, RowChange, TableSpec};
 use opledger_domain::EventEnvelope;
 use opledger_store::{ClaimQuery, ExpectedVersion, Lease, RowTarget, StoreError, StreamAppend, TableSet, WriteTx};
 use rusqlite::Connection;
@@ -422,7 +422,7 @@ impl RowTarget for SqliteTx {
         )
     }
 
-    async fn write_rows(&mut self, changes: &[(RowKey, Option<Row>)]) -> Result<(), StoreError> {
+    async fn write_rows(&mut self, changes: &[RowChange]) -> Result<(), StoreError> {
         let order: Vec<&'static TableSpec> = all_specs()
             .iter()
             .flat_map(|spec| spec.tables.iter().copied())

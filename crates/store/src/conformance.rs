@@ -10,7 +10,7 @@ use opledger_domain::events::{Event, MediaRegistered, MediaUpdated};
 use opledger_domain::ids::MediaId;
 use opledger_domain::ids::{OperationId, RegionId};
 use opledger_domain::projections::{
-    Cell, MediaRow, ProcessingStateRow, RegionRow, Row, RowKey, MEDIA_STATES_TABLE, REGION_STATES_TABLE,
+    Cell, MediaRow, ProcessingStateRow, RegionRow, Row, RowChange, Stored, MEDIA_STATES_TABLE, REGION_STATES_TABLE,
 };
 use opledger_domain::status::OperationStatus;
 use opledger_domain::tasks::{TargetType, CLAIMABLE_STATUSES};
@@ -50,7 +50,8 @@ macro_rules! conformance_tests {
             claimable_rows_come_by_priority_then_waiting_time_within_kinds_and_time,
             leases_round_trip_and_expired_claims_honour_extended_leases,
             rows_are_found_by_non_key_columns,
-            processing_state_constraints_are_enforced_by_the_database
+            processing_state_constraints_are_enforced_by_the_database,
+            rows_written_from_a_known_stored_row_land_whole_even_when_the_store_lacks_it
         );
     };
     (@each $make:expr; $($name:ident),+) => {
@@ -594,13 +595,13 @@ fn claimed(mut row: ProcessingStateRow, token: &str, lease_ends: i64) -> Process
     row
 }
 
-fn upsert(row: Row) -> (RowKey, Option<Row>) {
-    (row.key(), Some(row))
+fn upsert(row: Row) -> RowChange {
+    RowChange::upsert(row)
 }
 
 /// Writes rows in one transaction (no events: the store persists whatever
 /// rows it is given; the folds are tested elsewhere).
-async fn write_rows<S: Store>(store: &S, rows: Vec<(RowKey, Option<Row>)>) -> Result<(), StoreError> {
+async fn write_rows<S: Store>(store: &S, rows: Vec<RowChange>) -> Result<(), StoreError> {
     store
         .write(move |tx: &mut S::Tx| Box::pin(async move { tx.write_rows(&rows).await }))
         .await
@@ -905,10 +906,73 @@ pub async fn processing_state_constraints_are_enforced_by_the_database<H: Harnes
     write_rows(&store, vec![upsert(Row::ProcessingState(region_state))])
         .await
         .unwrap();
-    write_rows(&store, vec![(Row::Media(media_row(item)).key(), None)])
+    write_rows(&store, vec![RowChange::delete(Row::Media(media_row(item)).key())])
         .await
         .unwrap();
     for table in [&MEDIA_STATES_TABLE, &REGION_STATES_TABLE] {
         assert_eq!(store.count_rows(table).await.unwrap(), 0, "{} cascaded", table.name);
     }
+}
+
+/// A change that says what the store held lets a store write only the
+/// changed columns; the row read back must be the whole new row all the
+/// same, an unchanged row must stay, and a change whose stored row turns out
+/// to be missing must still land.
+pub async fn rows_written_from_a_known_stored_row_land_whole_even_when_the_store_lacks_it<H: Harness>(harness: &H) {
+    let store = harness.open().await;
+    let item = media(1);
+    let queued = state(1, TargetType::Media, item.0, "metadata", OperationStatus::Queued, 0, 0);
+    write_rows(
+        &store,
+        vec![
+            upsert(Row::Media(media_row(item))),
+            upsert(Row::ProcessingState(queued.clone())),
+        ],
+    )
+    .await
+    .unwrap();
+    let mut running = queued.clone();
+    running.status = OperationStatus::Running;
+    running.claim_token = Some("token-a".into());
+    running.worker = Some("worker-a".into());
+    running.claimed_at = Some(at(5));
+    running.lease_expires_at = Some(at(30_000_000));
+    running.claimed_revision = Some(running.requested_revision.clone());
+    running.attempt_count = 1;
+    running.version = 2;
+    let changed = |before: &ProcessingStateRow, after: &ProcessingStateRow| RowChange {
+        key: Row::ProcessingState(after.clone()).key(),
+        before: Stored::Present(Row::ProcessingState(before.clone())),
+        after: Some(Row::ProcessingState(after.clone())),
+    };
+    write_rows(&store, vec![changed(&queued, &running)]).await.unwrap();
+    let read = |store: &H::Store| {
+        let store = store.clone();
+        async move {
+            store
+                .find_rows(&MEDIA_STATES_TABLE, &[("media_id", Cell::Uuid(item.0))], 10)
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(read(&store).await, vec![Row::ProcessingState(running.clone())]);
+    // Nothing changed: the row stays as it is.
+    write_rows(&store, vec![changed(&running, &running)]).await.unwrap();
+    assert_eq!(read(&store).await, vec![Row::ProcessingState(running.clone())]);
+    // The change claims the store holds a row it does not: it lands whole.
+    let mut other = state(2, TargetType::Media, item.0, "thumbnail", OperationStatus::Queued, 0, 0);
+    let claimed_before = other.clone();
+    other.priority = 5;
+    write_rows(&store, vec![changed(&claimed_before, &other)])
+        .await
+        .unwrap();
+    let mut expected = vec![Row::ProcessingState(running), Row::ProcessingState(other)];
+    let mut found = read(&store).await;
+    let by_kind = |row: &Row| match row {
+        Row::ProcessingState(state) => state.task_kind.clone(),
+        other => panic!("not a processing state: {other:?}"),
+    };
+    found.sort_by_key(by_kind);
+    expected.sort_by_key(by_kind);
+    assert_eq!(found, expected);
 }

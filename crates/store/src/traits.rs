@@ -11,7 +11,7 @@ use crate::error::StoreError;
 use crate::BoxFuture;
 use futures::stream::BoxStream;
 use opledger_domain::envelope::{EventEnvelope, NewEvent, StreamId};
-use opledger_domain::projections::{Cell, ProjectionSpec, Row, RowKey, TableSpec};
+use opledger_domain::projections::{Cell, ProjectionSpec, Row, RowChange, TableSpec};
 use opledger_domain::{OperationId, OperationStatus, Timestamp};
 use std::future::Future;
 
@@ -131,9 +131,12 @@ pub trait RowTarget: Send {
         value: &Cell,
     ) -> impl Future<Output = Result<Vec<Row>, StoreError>> + Send;
 
-    /// Upserts `(key, Some(row))` and deletes `(key, None)`, parents before
-    /// children for upserts.
-    fn write_rows(&mut self, changes: &[(RowKey, Option<Row>)]) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Writes each change: a row whose `after` is None is deleted, others
+    /// are written, parents before children for writes. A change whose
+    /// `before` is a row the store holds may be written as an update of the
+    /// columns that differ (a store must still land the whole row if it
+    /// finds the row missing); the rest are written whole.
+    fn write_rows(&mut self, changes: &[RowChange]) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
 
 /// The write transaction handed to [`Store::write`] work.

@@ -44,7 +44,7 @@ pub use processing_states::{
     REGION_STATES_TABLE,
 };
 pub use review_queue::{review_key, ReviewQueue, ReviewRow, REVIEW_QUEUE, REVIEW_TABLE};
-pub use working_set::{RowKey, RowQuery, WorkingSet};
+pub use working_set::{RowChange, RowKey, RowQuery, Stored, WorkingSet};
 
 use crate::envelope::EventEnvelope;
 use crate::error::FoldError;

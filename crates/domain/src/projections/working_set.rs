@@ -43,6 +43,70 @@ pub struct RowQuery {
 struct Slot {
     row: Option<Row>,
     dirty: bool,
+    /// What the store held before this slot was dirtied; None while the
+    /// slot is clean (the store holds `row`). Kept so the write-back can
+    /// touch only the columns that changed.
+    before: Option<Stored>,
+}
+
+/// What the store holds for a row as far as the working set knows.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Stored {
+    /// Never loaded: the row may or may not exist, so it is written whole.
+    Unknown,
+    /// Loaded and found missing (or deleted by an earlier write-back).
+    Absent,
+    /// Loaded (or written) with these values.
+    Present(Row),
+}
+
+/// One changed row for a store to write back: `after` None deletes it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RowChange {
+    pub key: RowKey,
+    pub before: Stored,
+    pub after: Option<Row>,
+}
+
+impl RowChange {
+    /// Writes `row` whole, whatever the store holds.
+    pub fn upsert(row: Row) -> Self {
+        RowChange {
+            key: row.key(),
+            before: Stored::Unknown,
+            after: Some(row),
+        }
+    }
+
+    /// Deletes the row named by `key`, if it exists.
+    pub fn delete(key: RowKey) -> Self {
+        RowChange {
+            key,
+            before: Stored::Unknown,
+            after: None,
+        }
+    }
+
+    /// When the store is known to hold the row and it stays: the columns
+    /// (positions in its table's column list, keys excluded) whose cells
+    /// differ, with the new cells. An empty list means nothing changed.
+    /// None when the row must be written whole (unknown or new) or deleted.
+    pub fn changed_cells(&self) -> Option<Vec<(usize, Cell)>> {
+        let (Stored::Present(before), Some(after)) = (&self.before, &self.after) else {
+            return None;
+        };
+        let key_columns = after.table().key_columns;
+        let changed = before
+            .to_cells()
+            .into_iter()
+            .zip(after.to_cells())
+            .enumerate()
+            .skip(key_columns)
+            .filter(|(_, (old, new))| old != new)
+            .map(|(position, (_, new))| (position, new))
+            .collect();
+        Some(changed)
+    }
 }
 
 /// Rows known to the fold: loaded from the store (present or known absent)
@@ -68,7 +132,14 @@ impl WorkingSet {
 
     /// Records what the store holds for `key` (None: no such row).
     pub fn insert_loaded(&mut self, key: RowKey, row: Option<Row>) {
-        self.slots.insert(key, Slot { row, dirty: false });
+        self.slots.insert(
+            key,
+            Slot {
+                row,
+                dirty: false,
+                before: None,
+            },
+        );
     }
 
     pub fn get(&self, key: &RowKey) -> Option<&Row> {
@@ -79,20 +150,46 @@ impl WorkingSet {
     pub fn put(&mut self, row: Row) {
         let key = row.key();
         self.dirty.insert(key.clone());
-        self.slots.insert(
-            key,
-            Slot {
-                row: Some(row),
-                dirty: true,
-            },
-        );
+        self.replace(key, Some(row));
+    }
+
+    /// Sets a slot's row and marks it dirty, remembering what the store
+    /// held the first time a clean slot is dirtied.
+    fn replace(&mut self, key: RowKey, row: Option<Row>) {
+        match self.slots.get_mut(&key) {
+            Some(slot) => {
+                let previous = std::mem::replace(&mut slot.row, row);
+                if slot.before.is_none() {
+                    slot.before = Some(if slot.dirty {
+                        // Dirty without a record cannot happen; be safe.
+                        Stored::Unknown
+                    } else {
+                        match previous {
+                            Some(previous) => Stored::Present(previous),
+                            None => Stored::Absent,
+                        }
+                    });
+                }
+                slot.dirty = true;
+            }
+            None => {
+                self.slots.insert(
+                    key,
+                    Slot {
+                        row,
+                        dirty: true,
+                        before: Some(Stored::Unknown),
+                    },
+                );
+            }
+        }
     }
 
     /// Deletes a row. Rows whose parent it is vanish with it, as the
     /// stores' ON DELETE CASCADE makes them vanish from stored tables.
     pub fn delete(&mut self, key: &RowKey) {
         self.dirty.insert(key.clone());
-        self.slots.insert(key.clone(), Slot { row: None, dirty: true });
+        self.replace(key.clone(), None);
         self.cascade(key);
     }
 
@@ -107,6 +204,7 @@ impl WorkingSet {
                     self.cascaded.push(row);
                 }
                 slot.dirty = false;
+                slot.before = None;
                 orphans.push(child_key.clone());
             }
         }
@@ -135,17 +233,21 @@ impl WorkingSet {
         self.slots.is_empty()
     }
 
-    /// The changed rows, clearing their dirty marks: `(key, Some(row))` to
-    /// upsert, `(key, None)` to delete.
-    pub fn take_dirty(&mut self) -> Vec<(RowKey, Option<Row>)> {
+    /// The changed rows in key order, clearing their dirty marks: each
+    /// with what the store held before (so a store can write only the
+    /// changed columns of a row it is known to hold) and the row to write
+    /// (None: delete it). The caller writes them back; from then on the
+    /// working set takes the store to hold what it holds.
+    pub fn take_dirty(&mut self) -> Vec<RowChange> {
         self.cascaded.clear();
         let mut changes = Vec::with_capacity(self.dirty.len());
         for key in std::mem::take(&mut self.dirty) {
             if let Some(slot) = self.slots.get_mut(&key) {
                 if slot.dirty {
                     slot.dirty = false;
-                    let row = slot.row.clone();
-                    changes.push((key, row));
+                    let before = slot.before.take().unwrap_or(Stored::Unknown);
+                    let after = slot.row.clone();
+                    changes.push(RowChange { key, before, after });
                 }
             }
         }
@@ -175,7 +277,7 @@ impl WorkingSet {
 mod tests {
     use super::*;
     use crate::ids::{MediaId, RegionId};
-    use crate::projections::{MediaRow, RegionRow};
+    use crate::projections::{MediaRow, RegionRow, MEDIA_TABLE};
     use crate::time::Timestamp;
     use uuid::Uuid;
 
@@ -212,12 +314,72 @@ mod tests {
         rows.insert_loaded(media(2).key(), Some(media(2)));
         rows.put(media(1));
         let changes = rows.take_dirty();
-        assert_eq!(changes, vec![(media(1).key(), Some(media(1)))]);
+        assert_eq!(
+            changes,
+            vec![RowChange {
+                key: media(1).key(),
+                before: Stored::Absent,
+                after: Some(media(1))
+            }]
+        );
         assert!(
             rows.take_dirty().is_empty(),
             "a written row is clean until changed again"
         );
         assert_eq!(rows.get(&media(1).key()), Some(&media(1)), "written rows stay cached");
+    }
+
+    #[test]
+    fn a_loaded_row_changed_twice_is_written_with_the_columns_that_differ_from_the_store() {
+        let mut rows = WorkingSet::default();
+        rows.insert_loaded(media(1).key(), Some(media(1)));
+        let mut first = media(1);
+        let Row::Media(changed) = &mut first else {
+            unreachable!()
+        };
+        changed.byte_size = Some(10);
+        rows.put(first.clone());
+        let mut second = first.clone();
+        let Row::Media(changed) = &mut second else {
+            unreachable!()
+        };
+        changed.byte_size = Some(20);
+        changed.version = 2;
+        rows.put(second.clone());
+        let changes = rows.take_dirty();
+        assert_eq!(changes.len(), 1);
+        assert_eq!(
+            changes[0].before,
+            Stored::Present(media(1)),
+            "the store's row, not the first put"
+        );
+        let changed_columns: Vec<&str> = changes[0]
+            .changed_cells()
+            .expect("a row the store holds")
+            .iter()
+            .map(|(position, _)| MEDIA_TABLE.columns[*position].name)
+            .collect();
+        assert_eq!(changed_columns, vec!["byte_size", "version"]);
+
+        // Written back, the row is what the store holds: an unchanged put
+        // has nothing to write, and the next change is measured from it.
+        rows.put(second.clone());
+        let changes = rows.take_dirty();
+        assert_eq!(changes[0].before, Stored::Present(second));
+        assert_eq!(changes[0].changed_cells(), Some(Vec::new()));
+    }
+
+    #[test]
+    fn rows_never_loaded_are_written_whole() {
+        let mut rows = WorkingSet::default();
+        rows.put(media(1));
+        let changes = rows.take_dirty();
+        assert_eq!(changes[0].before, Stored::Unknown);
+        assert_eq!(changes[0].changed_cells(), None);
+        rows.delete(&media(1).key());
+        let changes = rows.take_dirty();
+        assert_eq!(changes[0].before, Stored::Present(media(1)));
+        assert_eq!(changes[0].changed_cells(), None, "a deletion is no column update");
     }
 
     #[test]
@@ -230,7 +392,7 @@ mod tests {
         let changes = rows.take_dirty();
         assert_eq!(
             changes,
-            vec![(media(1).key(), None), (region(11, 2).key(), Some(region(11, 2)))]
+            vec![RowChange::delete(media(1).key()), RowChange::upsert(region(11, 2))]
         );
         assert!(rows.get(&region(10, 1).key()).is_none());
     }
