@@ -50,6 +50,9 @@ struct Slot {
 }
 
 /// What the store holds for a row as far as the working set knows.
+// The row moves in from its slot when the slot is first dirtied; boxing it
+// would add an allocation per changed row for no saving.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Stored {
     /// Never loaded: the row may or may not exist, so it is written whole.
