@@ -281,6 +281,16 @@ async fn killed_mid_run_the_next_run_finishes_without_rerunning_completed_tasks(
     child.wait().unwrap();
     let before = completed_tasks(&database).await;
     assert!(before >= 30);
+    // A kill between writing a thumbnail and renaming it into place leaves
+    // its temporary file behind; make sure one is there, whatever the
+    // moment of this kill was. The next run must remove it.
+    std::fs::write(
+        dir.path()
+            .join("thumbnails")
+            .join(".abandoned.png.c7c86cc43affb918.01a23182-e42f-73da-a0a0-5e609a0b7fb6.tmp"),
+        b"half a thumbnail",
+    )
+    .unwrap();
 
     let summary = ingest(dir.path(), &[]);
     assert_eq!(count(&summary, "files"), 160);

@@ -195,6 +195,15 @@ pub async fn ingest<S: Store>(
         tracing::warn!("another ingest holds {}; waiting for it", options.lock_path.display())
     })
     .map_err(|error| IngestError::Io(format!("locking {}: {error}", options.lock_path.display())))?;
+    // With the lock held no other ingest runs, so every temporary
+    // thumbnail in the folder is one a killed run left between writing it
+    // and renaming it into place: its claim is dead, and the task runs
+    // again under a new claim.
+    let abandoned = opledger_worker::remove_abandoned_outputs(&options.thumbnails_dir, |_| false)
+        .map_err(|error| IngestError::Io(format!("cleaning {}: {error}", options.thumbnails_dir.display())))?;
+    if abandoned > 0 {
+        tracing::info!(abandoned, "removed temporary thumbnails a killed run left behind");
+    }
     let run = uuid::Uuid::now_v7();
     let worker = format!("ingest-{}", run.simple());
     let context = CommandContext::actor(worker.clone()).with_correlation(format!("ingest-{run}"));

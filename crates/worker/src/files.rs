@@ -54,3 +54,69 @@ pub(crate) fn remove_all(paths: &[PathBuf]) -> usize {
     }
     removed
 }
+
+/// Removes the temporary outputs a dead process left in `dir`: files named
+/// as [`crate::Job::output_path_for`] names them (`.{file}.{revision}.{claim_token}.tmp`)
+/// whose claim token `is_held` does not vouch for. A process killed between
+/// writing an output and renaming it leaves one behind; nothing else would
+/// ever remove it. Returns how many were removed; other files are left alone.
+pub fn remove_abandoned_outputs(dir: &Path, is_held: impl Fn(&str) -> bool) -> io::Result<usize> {
+    let mut abandoned = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let Some(claim_token) = temporary_output_token(name) else {
+            continue;
+        };
+        if !is_held(claim_token) && entry.file_type()?.is_file() {
+            abandoned.push(entry.path());
+        }
+    }
+    Ok(remove_all(&abandoned))
+}
+
+/// The claim token of a temporary output's file name, or None when the name
+/// is not one.
+fn temporary_output_token(name: &str) -> Option<&str> {
+    let stem = name.strip_prefix('.')?.strip_suffix(".tmp")?;
+    let (rest, claim_token) = stem.rsplit_once('.')?;
+    let (_, revision) = rest.rsplit_once('.')?;
+    let is_token = uuid::Uuid::parse_str(claim_token).is_ok();
+    let is_revision =
+        !revision.is_empty() && revision.len() <= 16 && revision.chars().all(|c| c.is_ascii_alphanumeric());
+    (is_token && is_revision).then_some(claim_token)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn abandoned_outputs_are_removed_and_everything_else_stays() {
+        let dir = tempfile::tempdir().unwrap();
+        let held = "01a23182-e42f-73da-a0a0-5e609a0b7fb6";
+        let dead = "01a23182-e42f-73da-a0a0-5e609a0b7fb7";
+        let names = [
+            format!(".abc.png.c7c86cc43affb918.{dead}.tmp"),
+            format!(".abc.png.c7c86cc43affb918.{held}.tmp"),
+            "abc.png".to_string(),
+            ".hidden".to_string(),
+            format!("notes.{dead}.tmp"),
+            ".x.png.not-a-revision!.nope.tmp".to_string(),
+        ];
+        for name in &names {
+            std::fs::write(dir.path().join(name), b"x").unwrap();
+        }
+        let removed = remove_abandoned_outputs(dir.path(), |token| token == held).unwrap();
+        assert_eq!(removed, 1);
+        let mut left: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().to_string_lossy().to_string())
+            .collect();
+        left.sort();
+        let mut expected: Vec<String> = names[1..].to_vec();
+        expected.sort();
+        assert_eq!(left, expected);
+    }
+}

@@ -48,6 +48,7 @@ mod job;
 mod pool;
 mod task;
 
+pub use files::remove_abandoned_outputs;
 pub use job::{Job, JobError, StopReason, PROGRESS_INTERVAL};
 pub use pool::{PoolError, PoolReport, WorkerPool, WorkerPoolBuilder};
 pub use task::{Outcome, Task, TaskError};
