@@ -28,9 +28,9 @@ CREATE TABLE {{t:entity_capability_states}} (
     CHECK (status <> 'stale' OR (produced_version IS NOT NULL AND produced_version <> current_version))
 ) WITH (fillfactor = 90);
 
--- Dashboards count by status; the version sweep counts by kind@version and
--- reads the rows of the keys that are not current.
-CREATE INDEX {{t:entity_capability_states}}_by_status ON {{r:entity_capability_states}} (status);
+-- The version sweep counts by kind@version and reads the rows of the keys
+-- that are not current. No index by status: dashboards read the running
+-- counts below, and every status change would rewrite an index entry.
 CREATE INDEX {{t:entity_capability_states}}_by_version_key ON {{r:entity_capability_states}} (version_key);
 
 -- Running counts of capabilities by status, kept by the same fold as the rows they count

@@ -59,8 +59,8 @@ CREATE INDEX {{t:media_processing_states}}_claim_order ON {{r:media_processing_s
     WHERE status IN ('queued', 'retry_waiting');
 -- Recovery: held claims by the lease their claim granted.
 CREATE INDEX {{t:media_processing_states}}_claimed ON {{r:media_processing_states}} (lease_expires_at) WHERE claim_token IS NOT NULL;
--- Dashboards count by status.
-CREATE INDEX {{t:media_processing_states}}_by_status ON {{r:media_processing_states}} (status);
+-- No index by status: dashboards read the running counts of media_operations
+-- and entity_capability_states, and every status change would rewrite one.
 
 CREATE TABLE {{t:region_processing_states}} (
     operation_id       uuid        PRIMARY KEY,
@@ -110,5 +110,5 @@ CREATE INDEX {{t:region_processing_states}}_claim_order ON {{r:region_processing
     WHERE status IN ('queued', 'retry_waiting');
 -- Recovery: held claims by the lease their claim granted.
 CREATE INDEX {{t:region_processing_states}}_claimed ON {{r:region_processing_states}} (lease_expires_at) WHERE claim_token IS NOT NULL;
--- Dashboards count by status.
-CREATE INDEX {{t:region_processing_states}}_by_status ON {{r:region_processing_states}} (status);
+-- No index by status: dashboards read the running counts of media_operations
+-- and entity_capability_states, and every status change would rewrite one.

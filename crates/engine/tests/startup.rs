@@ -3,7 +3,7 @@
 //! caught up, before any command runs.
 
 use opledger_domain::events::{Event, OperationCreated, OperationTarget};
-use opledger_domain::projections::{MEDIA_TABLE, OPERATIONS_TABLE};
+use opledger_domain::projections::{MEDIA_OPERATIONS, MEDIA_TABLE, OPERATIONS_TABLE};
 use opledger_domain::{NewEvent, OperationId, OperationStatus, StreamId, Timestamp};
 use opledger_engine::{CommandContext, Engine, NewOperation};
 use opledger_store::{ExpectedVersion, Store, StoreError, StreamAppend, WriteTx};
@@ -112,7 +112,7 @@ async fn changed_projection_version_is_rebuilt_through_a_shadow_without_losing_e
     let report = engine.startup().await.unwrap();
     stop.store(true, Ordering::SeqCst);
     let appended_meanwhile = appended.await.unwrap();
-    // media_operations changed version: rebuilt from 0 to its version (2). The events the
+    // media_operations changed version: rebuilt from 0 to its version. The events the
     // raw writer appended meanwhile leave the other projections behind; the
     // registry's family (its tables are referenced by processing states) is
     // rebuilt as a whole rather than caught up member by member.
@@ -120,7 +120,7 @@ async fn changed_projection_version_is_rebuilt_through_a_shadow_without_losing_e
         report
             .rebuilt
             .iter()
-            .any(|(name, from, to, _)| name == "media_operations" && (*from, *to) == (0, 2)),
+            .any(|(name, from, to, _)| name == "media_operations" && (*from, *to) == (0, MEDIA_OPERATIONS.version)),
         "{report:?}"
     );
     for (name, from, to, _) in &report.rebuilt {

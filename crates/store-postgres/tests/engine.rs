@@ -224,7 +224,6 @@ async fn changed_projection_versions_are_rebuilt_through_shadows_while_a_writer_
     assert_eq!(
         live_indexes,
         vec![
-            "media_processing_states_by_status",
             "media_processing_states_claim_order",
             "media_processing_states_claimable",
             "media_processing_states_claimed",

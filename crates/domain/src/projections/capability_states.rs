@@ -55,7 +55,7 @@ pub static CAPABILITY_STATES_TABLE: TableSpec = TableSpec {
 
 pub static CAPABILITY_STATES: ProjectionSpec = ProjectionSpec {
     name: "entity_capability_states",
-    version: 2,
+    version: 3,
     tables: &[&CAPABILITY_STATES_TABLE, &CAPABILITY_COUNTS_TABLE],
     question: "For each media item and capability: can the item serve it now, and if not, why; and which task version produced what it has?",
     depends_on: &["media_registry", "processing_states"],

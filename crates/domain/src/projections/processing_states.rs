@@ -71,7 +71,7 @@ pub static REGION_STATES_TABLE: TableSpec = TableSpec {
 
 pub static PROCESSING_STATES: ProjectionSpec = ProjectionSpec {
     name: "processing_states",
-    version: 2,
+    version: 3,
     tables: &[&MEDIA_STATES_TABLE, &REGION_STATES_TABLE],
     question: "For each item (or region) and task kind: which revision is wanted, which is done, who holds it, when may it run next, and why did it last fail?",
     depends_on: &["media_registry"],
