@@ -140,7 +140,9 @@ impl<S: Store> Engine<S> {
     pub async fn replay_into_scratch(&self) -> Result<(S::Scratch, WorkingSet, ReplayStats), EngineError> {
         let started = Instant::now();
         let mut scratch = self.store.open_scratch().await?;
-        let mut rows = WorkingSet::default();
+        // Scratch tables are written row by row whole (raw.rs), so the
+        // rows the store held before are not kept.
+        let mut rows = WorkingSet::forgetting_stored_rows();
         let (position, events) = fold_into_scratch(&mut scratch, &mut rows, 0, None, self.fold_chunk, true).await?;
         Ok((
             scratch,

@@ -2,7 +2,7 @@
 
 use super::cells::{Cell, TableSpec};
 use super::Row;
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::hash::{BuildHasherDefault, DefaultHasher};
 
 /// The slots by key. A hash map, because a fold looks rows up several times
@@ -43,10 +43,6 @@ pub struct RowQuery {
 struct Slot {
     row: Option<Row>,
     dirty: bool,
-    /// What the store held before this slot was dirtied; None while the
-    /// slot is clean (the store holds `row`). Kept so the write-back can
-    /// touch only the columns that changed.
-    before: Option<Stored>,
 }
 
 /// What the store holds for a row as far as the working set knows.
@@ -119,15 +115,31 @@ impl RowChange {
 pub struct WorkingSet {
     slots: SlotMap,
     /// The keys of dirty slots, so writing back costs the changes, not the
-    /// size of the cache (replay keeps up to 25,000 rows cached).
-    dirty: BTreeSet<RowKey>,
+    /// size of the cache (replay keeps up to 25,000 rows cached), each with
+    /// what the store held before the slot was dirtied, so the write-back
+    /// can touch only the columns that changed. Kept here rather than in
+    /// the slots: only dirty rows pay for the second copy (in the slots it
+    /// doubled the size of every cached row).
+    dirty: BTreeMap<RowKey, Stored>,
     /// Rows that vanished by cascade since the last write-back, so a fold
     /// folding after the one that deleted their parent can see what went
     /// (and keep its counts true).
     cascaded: Vec<Row>,
+    /// Whether dirtied slots keep what the store held (see [`Stored`]).
+    forget_stored: bool,
 }
 
 impl WorkingSet {
+    /// A working set whose changes all say [`Stored::Unknown`]: for writers
+    /// that write every row whole anyway (replay into scratch tables), so
+    /// dirtied rows do not hold a second copy until the write-back.
+    pub fn forgetting_stored_rows() -> Self {
+        WorkingSet {
+            forget_stored: true,
+            ..WorkingSet::default()
+        }
+    }
+
     /// Whether the row is loaded or was produced by a fold.
     pub fn is_known(&self, key: &RowKey) -> bool {
         self.slots.contains_key(key)
@@ -135,14 +147,7 @@ impl WorkingSet {
 
     /// Records what the store holds for `key` (None: no such row).
     pub fn insert_loaded(&mut self, key: RowKey, row: Option<Row>) {
-        self.slots.insert(
-            key,
-            Slot {
-                row,
-                dirty: false,
-                before: None,
-            },
-        );
+        self.slots.insert(key, Slot { row, dirty: false });
     }
 
     pub fn get(&self, key: &RowKey) -> Option<&Row> {
@@ -152,7 +157,6 @@ impl WorkingSet {
     /// Inserts or replaces a row.
     pub fn put(&mut self, row: Row) {
         let key = row.key();
-        self.dirty.insert(key.clone());
         self.replace(key, Some(row));
     }
 
@@ -162,28 +166,20 @@ impl WorkingSet {
         match self.slots.get_mut(&key) {
             Some(slot) => {
                 let previous = std::mem::replace(&mut slot.row, row);
-                if slot.before.is_none() {
-                    slot.before = Some(if slot.dirty {
-                        // Dirty without a record cannot happen; be safe.
-                        Stored::Unknown
-                    } else {
-                        match previous {
-                            Some(previous) => Stored::Present(previous),
-                            None => Stored::Absent,
-                        }
-                    });
-                }
-                slot.dirty = true;
+                let was_dirty = std::mem::replace(&mut slot.dirty, true);
+                // A dirty slot's entry already says what the store holds.
+                self.dirty.entry(key).or_insert(if was_dirty || self.forget_stored {
+                    Stored::Unknown
+                } else {
+                    match previous {
+                        Some(previous) => Stored::Present(previous),
+                        None => Stored::Absent,
+                    }
+                });
             }
             None => {
-                self.slots.insert(
-                    key,
-                    Slot {
-                        row,
-                        dirty: true,
-                        before: Some(Stored::Unknown),
-                    },
-                );
+                self.slots.insert(key.clone(), Slot { row, dirty: true });
+                self.dirty.entry(key).or_insert(Stored::Unknown);
             }
         }
     }
@@ -191,7 +187,6 @@ impl WorkingSet {
     /// Deletes a row. Rows whose parent it is vanish with it, as the
     /// stores' ON DELETE CASCADE makes them vanish from stored tables.
     pub fn delete(&mut self, key: &RowKey) {
-        self.dirty.insert(key.clone());
         self.replace(key.clone(), None);
         self.cascade(key);
     }
@@ -207,7 +202,6 @@ impl WorkingSet {
                     self.cascaded.push(row);
                 }
                 slot.dirty = false;
-                slot.before = None;
                 orphans.push(child_key.clone());
             }
         }
@@ -244,11 +238,10 @@ impl WorkingSet {
     pub fn take_dirty(&mut self) -> Vec<RowChange> {
         self.cascaded.clear();
         let mut changes = Vec::with_capacity(self.dirty.len());
-        for key in std::mem::take(&mut self.dirty) {
+        for (key, before) in std::mem::take(&mut self.dirty) {
             if let Some(slot) = self.slots.get_mut(&key) {
                 if slot.dirty {
                     slot.dirty = false;
-                    let before = slot.before.take().unwrap_or(Stored::Unknown);
                     let after = slot.row.clone();
                     changes.push(RowChange { key, before, after });
                 }
@@ -370,6 +363,15 @@ mod tests {
         let changes = rows.take_dirty();
         assert_eq!(changes[0].before, Stored::Present(second));
         assert_eq!(changes[0].changed_cells(), Some(Vec::new()));
+    }
+
+    #[test]
+    fn a_working_set_forgetting_stored_rows_writes_everything_whole() {
+        let mut rows = WorkingSet::forgetting_stored_rows();
+        rows.insert_loaded(media(1).key(), Some(media(1)));
+        rows.put(media(1));
+        let changes = rows.take_dirty();
+        assert_eq!(changes, vec![RowChange::upsert(media(1))]);
     }
 
     #[test]
