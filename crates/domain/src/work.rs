@@ -176,6 +176,17 @@ pub fn decide_complete(
     }])
 }
 
+/// The error a failure records: the worker's message, or a fixed one when
+/// it gave none (blank), so `last_error` and the timeline never show an
+/// empty reason. One rule for every path that reports a failure.
+pub fn failure_message(error: &str) -> &str {
+    if error.trim().is_empty() {
+        "the task failed without a message"
+    } else {
+        error
+    }
+}
+
 /// A worker's failure report. A retryable error is retried with exponential
 /// backoff plus jitter until the kind's attempts run out; `jitter_draw` is a
 /// uniformly drawn number in `0..=1000` that picks the jitter (per mille of

@@ -949,11 +949,6 @@ impl<S: Store> Engine<S> {
                     Box::new(move |state: &ProcessingStateRow| work::decide_complete(state, &fence, completion))
                 }
                 ClaimOutcome::Fail { error, terminal } => {
-                    let error = if error.trim().is_empty() {
-                        "the task failed without a message".to_string()
-                    } else {
-                        error
-                    };
                     let jitter_draw = self.jitter.draw();
                     Box::new(move |state: &ProcessingStateRow| {
                         let policy = task_kind(&state.task_kind)?.policy;

@@ -819,11 +819,7 @@ async fn report_failure(
     terminal: bool,
     panicked: bool,
 ) -> EndKind {
-    let message = if message.trim().is_empty() {
-        "the task failed without a message"
-    } else {
-        message
-    };
+    let message = opledger_domain::work::failure_message(message);
     let outcome = ClaimOutcome::Fail {
         error: message.to_string(),
         terminal,

@@ -760,6 +760,46 @@ async fn a_retryable_error_is_retried_with_backoff_and_a_panic_is_a_failure() {
     assert_replay_agrees(&engine).await;
 }
 
+/// Fails without saying why.
+struct Silent;
+
+impl Task for Silent {
+    fn kind(&self) -> &'static str {
+        "metadata"
+    }
+
+    async fn run(&self, _job: &mut Job) -> Result<Outcome, TaskError> {
+        Err(TaskError::terminal("  "))
+    }
+}
+
+/// The engine refuses a failure without a reason, but a task that gives
+/// none must not leave its work claimed: the pool records a fixed reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_failing_without_a_message_is_recorded_with_a_fixed_reason() {
+    let folder = tempfile::tempdir().unwrap();
+    let engine = engine_at(folder.path()).await;
+    let media = register(&engine, 1).await;
+    request(&engine, media, "metadata").await;
+    let pool = WorkerPool::builder(engine.clone(), "silent")
+        .task(Silent)
+        .workers(1)
+        .idle_poll(Duration::from_millis(20))
+        .build()
+        .unwrap();
+    let report = pool.run_until_idle().await.unwrap();
+    assert_eq!((report.executed, report.failed_terminal), (1, 1));
+    let state = engine
+        .task_state(TaskTarget::Media(media), "metadata")
+        .await
+        .unwrap()
+        .unwrap()
+        .state;
+    assert_eq!(state.status, OperationStatus::FailedTerminal);
+    assert_eq!(state.last_error.as_deref(), Some("the task failed without a message"));
+    assert_replay_agrees(&engine).await;
+}
+
 /// Reports progress 1000 times in a tight loop across two phases, pausing
 /// once mid-phase so the test can read the live counters.
 struct Chatty {
