@@ -33,28 +33,38 @@
 //! client holds; it keeps claims correct and non-blocking if the lock is
 //! ever narrowed to the append alone.
 //!
-//! **Round trips.** Key sets and row batches travel as one array parameter
-//! per column, so a statement's text is fixed per table and prepared once
-//! per connection; lease writes are gathered and sent as two statements
-//! before the next read or the commit. The planner's statistics are kept in
+//! **Round trips.** The append lock is held across every round trip of a
+//! write transaction, so round trips are what a fleet's throughput pays
+//! for. Key sets and row batches travel as one array parameter per column,
+//! so a statement's text is fixed per table and prepared once per
+//! connection. A piece of work's writes (its events, projection rows,
+//! leases and the projections' new position) are gathered and sent as one
+//! statement of data-modifying `WITH` parts at the end of the piece, or
+//! before a read that could see them (`batch.rs`); a claim of 32 tasks went
+//! from about twenty round trips to ten. Write transactions plan with
+//! generic plans (`plan_cache_mode`), so a prepared statement is not
+//! re-planned at every execution. The planner's statistics are kept in
 //! step with a growing log even where autovacuum is off (see `Statistics`).
 //!
 //! **Types.** Ids are `uuid`, times `timestamptz` (exact to the microsecond,
 //! as `Timestamp` is), JSON is `text` (jsonb would reorder keys; verify
 //! compares stored text).
 //!
-//! There is no group commit: each `write` runs on a pooled connection in a
-//! transaction of its own, on a task of its own (a caller that stops
-//! waiting does not cut the transaction short), and `Err` or a panic in the
-//! work rolls back everything it did. Unlike SQLite, a failed statement
-//! aborts the whole PostgreSQL transaction: work that caught a store error
-//! and went on would get Unavailable from its next statement.
+//! **Group commit** (`writer.rs`): one writer task per store runs whatever
+//! work is queued in one transaction, each piece in its own savepoint (a
+//! caller that stops waiting does not cut it short), and `Err` or a panic
+//! in a piece rolls back everything it did, including writes it gathered
+//! (a refusal of those by the database is that piece's answer). Unlike
+//! SQLite, a failed statement aborts the whole PostgreSQL transaction: work
+//! that caught a store error and went on would get Unavailable from its
+//! next statement.
 //!
 //! This crate must not know business rules: it stores events and the rows
 //! that the domain's folds computed, and maps PostgreSQL's SQLSTATEs to the
 //! neutral kinds of `opledger-store` (see `error.rs`, the only place that
 //! knows them). Nothing above the store sees a driver type or a SQLSTATE.
 
+mod batch;
 mod config;
 mod ddl;
 mod error;

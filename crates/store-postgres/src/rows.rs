@@ -7,6 +7,7 @@
 //! table: it is prepared once per connection whatever the batch size, and
 //! no batch ever meets a parameter limit.
 
+use crate::batch::{Bind, Statement};
 use crate::ddl::{self, Copy};
 use crate::error::map;
 use chrono::{DateTime, Utc};
@@ -333,48 +334,54 @@ pub async fn find_in(
     fetched.iter().map(|row| decode_row(row, table)).collect()
 }
 
-/// Writes projection changes: upserts parents first, then deletes children
-/// first, one statement per table and kind.
+/// Writes projection changes in one statement (see [`crate::batch`]).
 pub async fn write_rows(
     conn: &mut PgConnection,
     table_order: &[&'static TableSpec],
     copy: Copy<'_>,
     changes: &[RowChange],
 ) -> Result<(), StoreError> {
+    let mut statement = Statement::default();
+    push_row_changes(&mut statement, table_order, copy, changes)?;
+    statement.execute(conn, "writing projection rows").await
+}
+
+/// Adds projection changes to `statement`: one upsert per table written
+/// and one delete per table deleted from. A key given more than once keeps
+/// its last change, as successive writes would (one `INSERT … ON CONFLICT`
+/// may not touch a row twice, and a row may not be both written and
+/// deleted by one statement).
+pub(crate) fn push_row_changes(
+    statement: &mut Statement,
+    table_order: &[&'static TableSpec],
+    copy: Copy<'_>,
+    changes: &[RowChange],
+) -> Result<(), StoreError> {
     for table in table_order {
-        // One INSERT … ON CONFLICT may not touch a row twice; a key given
-        // twice keeps its last row, as successive upserts would.
-        let mut position: BTreeMap<&str, usize> = BTreeMap::new();
-        let mut upserts: Vec<&Row> = Vec::new();
+        let mut last: BTreeMap<&str, Option<&Row>> = BTreeMap::new();
         for change in changes.iter().filter(|change| change.key.table == table.name) {
-            if let Some(row) = &change.after {
-                match position.get(change.key.key.as_str()) {
-                    Some(index) => upserts[*index] = row,
-                    None => {
-                        position.insert(change.key.key.as_str(), upserts.len());
-                        upserts.push(row);
-                    }
-                }
-            }
+            last.insert(change.key.key.as_str(), change.after.as_ref());
         }
-        if !upserts.is_empty() {
-            upsert(conn, table, copy, &upserts).await?;
+        if last.is_empty() {
+            continue;
         }
-    }
-    for table in table_order.iter().rev() {
-        let deletes: Vec<&str> = changes
+        let upserts: Vec<&Row> = last.values().filter_map(|row| *row).collect();
+        let deletes: Vec<&str> = last
             .iter()
-            .filter(|change| change.key.table == table.name && change.after.is_none())
-            .map(|change| change.key.key.as_str())
+            .filter(|(_, row)| row.is_none())
+            .map(|(key, _)| *key)
             .collect();
+        if !upserts.is_empty() {
+            push_upsert(statement, table, copy, &upserts)?;
+        }
         if !deletes.is_empty() {
-            delete(conn, table, copy, &deletes).await?;
+            push_delete(statement, table, copy, &deletes);
         }
     }
     Ok(())
 }
 
-async fn upsert(conn: &mut PgConnection, table: &TableSpec, copy: Copy<'_>, rows: &[&Row]) -> Result<(), StoreError> {
+fn push_upsert(statement: &mut Statement, table: &TableSpec, copy: Copy<'_>, rows: &[&Row]) -> Result<(), StoreError> {
     let mut columns: Vec<Values> = table
         .columns
         .iter()
@@ -397,11 +404,10 @@ async fn upsert(conn: &mut PgConnection, table: &TableSpec, copy: Copy<'_>, rows
         }
     }
     let name = ddl::table_name(table.name, copy);
-    let arrays: Vec<String> = table
-        .columns
-        .iter()
-        .enumerate()
-        .map(|(index, column)| format!("${}::{}[]", index + 1, sql_type(column.ty)))
+    let arrays: Vec<String> = columns
+        .into_iter()
+        .zip(table.columns)
+        .map(|(values, column)| statement.param(Bind::Array(values), &format!("{}[]", sql_type(column.ty))))
         .collect();
     let updates: Vec<String> = table
         .columns
@@ -409,38 +415,24 @@ async fn upsert(conn: &mut PgConnection, table: &TableSpec, copy: Copy<'_>, rows
         .skip(table.key_columns)
         .map(|column| format!("{0} = EXCLUDED.{0}", column.name))
         .collect();
-    let sql = format!(
+    statement.push(format!(
         "INSERT INTO {name} ({}) SELECT * FROM UNNEST({}) ON CONFLICT ({}) DO UPDATE SET {}",
         column_list(table),
         arrays.join(", "),
         key_column(table),
         updates.join(", ")
-    );
-    let mut query = sqlx::query(&sql);
-    for values in columns {
-        query = values.bind_array(query);
-    }
-    query.execute(&mut *conn).await.map_err(fetch_error(&name, "writing"))?;
+    ));
     Ok(())
 }
 
-async fn delete(conn: &mut PgConnection, table: &TableSpec, copy: Copy<'_>, keys: &[&str]) -> Result<(), StoreError> {
+fn push_delete(statement: &mut Statement, table: &TableSpec, copy: Copy<'_>, keys: &[&str]) {
     let values = key_values(table, keys);
     if values.is_empty() {
-        return Ok(());
+        return;
     }
     let name = ddl::table_name(table.name, copy);
-    let sql = format!(
-        "DELETE FROM {name} WHERE {} = ANY($1::{}[])",
-        key_column(table),
-        sql_type(table.columns[0].ty)
-    );
-    values
-        .bind_array(sqlx::query(&sql))
-        .execute(&mut *conn)
-        .await
-        .map_err(fetch_error(&name, "deleting from"))?;
-    Ok(())
+    let keys = statement.param(Bind::Array(values), &format!("{}[]", sql_type(table.columns[0].ty)));
+    statement.push(format!("DELETE FROM {name} WHERE {} = ANY({keys})", key_column(table)));
 }
 
 /// The columns of the event log, in the order [`decode_event`] reads them.
@@ -483,8 +475,8 @@ pub async fn read_events(conn: &mut PgConnection, after: i64, limit: usize) -> R
     fetched.iter().map(decode_event).collect()
 }
 
-/// Inserts envelopes (already numbered) in seq order, in one statement.
-pub async fn insert_events(conn: &mut PgConnection, envelopes: &[EventEnvelope]) -> Result<(), StoreError> {
+/// Adds the insert of envelopes (already numbered) to `statement`.
+pub(crate) fn push_events(statement: &mut Statement, envelopes: &[EventEnvelope]) -> Result<(), StoreError> {
     if envelopes.is_empty() {
         return Ok(());
     }
@@ -500,41 +492,41 @@ pub async fn insert_events(conn: &mut PgConnection, envelopes: &[EventEnvelope])
     let mut correlations = Vec::with_capacity(count);
     let mut causations = Vec::with_capacity(count);
     for envelope in envelopes {
-        seqs.push(envelope.seq);
-        streams.push(envelope.stream_id.as_str().to_string());
-        versions.push(envelope.stream_version);
-        types.push(envelope.event.event_type().to_string());
-        schema_versions
-            .push(i32::try_from(envelope.schema_version).map_err(|_| {
-                StoreError::constraint(format!("schema version {} too large", envelope.schema_version))
-            })?);
-        payloads.push(envelope.event.payload_json());
-        times.push(envelope.recorded_at.to_datetime());
-        actors.push(envelope.actor.clone());
-        correlations.push(envelope.correlation_id.clone());
+        seqs.push(Some(envelope.seq));
+        streams.push(Some(envelope.stream_id.as_str().to_string()));
+        versions.push(Some(envelope.stream_version));
+        types.push(Some(envelope.event.event_type().to_string()));
+        if i32::try_from(envelope.schema_version).is_err() {
+            return Err(StoreError::constraint(format!(
+                "schema version {} too large",
+                envelope.schema_version
+            )));
+        }
+        schema_versions.push(Some(i64::from(envelope.schema_version)));
+        payloads.push(Some(envelope.event.payload_json()));
+        times.push(Some(envelope.recorded_at.to_datetime()));
+        actors.push(Some(envelope.actor.clone()));
+        correlations.push(Some(envelope.correlation_id.clone()));
         causations.push(envelope.causation_id.clone());
     }
-    // ORDER BY: the gap-free trigger checks each row against the rows
-    // inserted before it, so they must arrive in seq order.
-    let sql = format!(
-        "INSERT INTO media_operation_events ({EVENT_COLUMNS}) \
-         SELECT * FROM UNNEST($1::bigint[], $2::text[], $3::bigint[], $4::text[], $5::integer[], $6::text[], \
-                              $7::timestamptz[], $8::text[], $9::text[], $10::text[]) ORDER BY 1"
-    );
-    sqlx::query(&sql)
-        .bind(seqs)
-        .bind(streams)
-        .bind(versions)
-        .bind(types)
-        .bind(schema_versions)
-        .bind(payloads)
-        .bind(times)
-        .bind(actors)
-        .bind(correlations)
-        .bind(causations)
-        .execute(&mut *conn)
-        .await
-        .map_err(|error| map(error, "appending to the event log"))?;
+    let arrays = [
+        statement.param(Bind::Array(Values::Integer(seqs)), "bigint[]"),
+        statement.param(Bind::Array(Values::Text(streams)), "text[]"),
+        statement.param(Bind::Array(Values::Integer(versions)), "bigint[]"),
+        statement.param(Bind::Array(Values::Text(types)), "text[]"),
+        statement.param(Bind::Array(Values::Integer(schema_versions)), "bigint[]"),
+        statement.param(Bind::Array(Values::Text(payloads)), "text[]"),
+        statement.param(Bind::Array(Values::Timestamp(times)), "timestamptz[]"),
+        statement.param(Bind::Array(Values::Text(actors)), "text[]"),
+        statement.param(Bind::Array(Values::Text(correlations)), "text[]"),
+        statement.param(Bind::Array(Values::Text(causations)), "text[]"),
+    ];
+    // ORDER BY: rows arrive in seq order, as the log's gap-free check
+    // expects of a statement's rows.
+    statement.push(format!(
+        "INSERT INTO media_operation_events ({EVENT_COLUMNS}) SELECT * FROM UNNEST({}) ORDER BY 1",
+        arrays.join(", ")
+    ));
     Ok(())
 }
 

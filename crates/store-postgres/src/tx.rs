@@ -7,8 +7,10 @@
 //! readers see it, and lets the work read, decide and write on state no
 //! other writer can change before it commits (see the crate docs).
 
+use crate::batch::{Bind, Statement};
 use crate::ddl::{self, Copy, SHADOW_SUFFIX};
 use crate::error::map;
+use crate::rows::Values;
 use crate::{rows, work};
 use opledger_domain::projections::{all_specs, Cell, ProjectionSpec, Row, RowChange, TableSpec};
 use opledger_domain::EventEnvelope;
@@ -45,12 +47,88 @@ pub struct PostgresTx {
     /// Every projection's (version, position), once read (same reason).
     positions: Option<BTreeMap<String, (i64, i64)>>,
     tables: TableSet,
-    /// Lease writes not sent yet, by claim token (None: delete), as of the
-    /// last call for each token. Workers write a lease per claim and per
-    /// outcome; gathered, a batch of them costs two statements instead of
-    /// a round trip each. Sent before the next statement of any kind and
+    /// Writes gathered and not sent yet: sent as one statement before the
+    /// next statement of any kind, at the end of each piece of a group and
     /// before COMMIT, so the work always reads its own writes.
-    pending_leases: BTreeMap<String, Option<Lease>>,
+    pending: Pending,
+}
+
+/// What a statement reads, for [`PostgresTx::conn_reading`].
+#[derive(Clone, Copy)]
+enum Reads {
+    /// Projection rows only.
+    Rows,
+    /// Lease rows only.
+    Leases,
+    /// The event log only.
+    Log,
+    Everything,
+}
+
+/// What a [`PostgresTx`] has gathered to send as one statement (see
+/// [`crate::batch`]).
+#[derive(Default)]
+struct Pending {
+    /// The log inserts, as parts of the statement.
+    events: Statement,
+    /// Lease writes by claim token (None: delete), as of the last call for
+    /// each token.
+    leases: BTreeMap<String, Option<Lease>>,
+    /// Projection row changes, and the copy of the tables they address.
+    rows: Vec<RowChange>,
+    rows_tables: Option<TableSet>,
+    /// Every projection's position move (from, to) not written yet.
+    positions: Option<(i64, i64)>,
+}
+
+impl Pending {
+    fn is_empty(&self) -> bool {
+        self.events.is_empty() && self.leases.is_empty() && self.rows.is_empty() && self.positions.is_none()
+    }
+
+    /// The one statement that writes everything gathered.
+    fn into_statement(self) -> Result<Statement, StoreError> {
+        let Pending {
+            mut events,
+            leases,
+            rows,
+            rows_tables,
+            positions,
+        } = self;
+        let statement = &mut events;
+        let puts: Vec<&Lease> = leases.values().flatten().collect();
+        let deletes: Vec<&str> = leases
+            .iter()
+            .filter(|(_, lease)| lease.is_none())
+            .map(|(token, _)| token.as_str())
+            .collect();
+        work::push_leases(statement, &puts, &deletes);
+        if !rows.is_empty() {
+            let copy = match rows_tables {
+                Some(TableSet::Shadow) => Copy::Shadow,
+                _ => Copy::Live,
+            };
+            rows::push_row_changes(statement, &table_order(), copy, &rows)?;
+        }
+        if let Some((from, to)) = positions {
+            let to = statement.param(Bind::Integer(to), "bigint");
+            let from = statement.param(Bind::Integer(from), "bigint");
+            let names = Values::Text(all_specs().iter().map(|spec| Some(spec.name.to_string())).collect());
+            let names = statement.param(Bind::Array(names), "text[]");
+            statement.push(format!(
+                "UPDATE projection_positions SET position = {to} WHERE position = {from} AND name = ANY({names})"
+            ));
+        }
+        Ok(events)
+    }
+}
+
+/// Every projection table, parents before children.
+fn table_order() -> Vec<&'static TableSpec> {
+    all_specs()
+        .iter()
+        .flat_map(|spec| spec.tables.iter().copied())
+        .collect()
 }
 
 impl Drop for PostgresTx {
@@ -76,11 +154,11 @@ impl PostgresTx {
             head: None,
             positions: None,
             tables: TableSet::Live,
-            pending_leases: BTreeMap::new(),
+            pending: Pending::default(),
         };
         let begin = format!(
             "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'; \
-             SELECT pg_advisory_xact_lock({APPEND_LOCK})"
+             SET LOCAL plan_cache_mode = force_generic_plan; SELECT pg_advisory_xact_lock({APPEND_LOCK})"
         );
         if let Err(error) = rows::script(tx.raw_conn(), &begin).await {
             // A lock timeout leaves a healthy connection in a failed
@@ -99,15 +177,25 @@ impl PostgresTx {
 
     /// The connection, once the gathered writes have been sent.
     pub(crate) async fn conn(&mut self) -> Result<&mut PgConnection, StoreError> {
-        if !self.pending_leases.is_empty() {
-            let pending = std::mem::take(&mut self.pending_leases);
-            let puts: Vec<&Lease> = pending.values().flatten().collect();
-            let deletes: Vec<&str> = pending
-                .iter()
-                .filter(|(_, lease)| lease.is_none())
-                .map(|(token, _)| token.as_str())
-                .collect();
-            work::write_leases(self.raw_conn(), &puts, &deletes).await?;
+        self.conn_reading(Reads::Everything).await
+    }
+
+    /// The connection for a statement that reads only `reads`: the
+    /// gathered writes are sent first if that statement could see them
+    /// (all of them together), and stay gathered otherwise, so a piece's
+    /// reads of other tables do not split its writes into several round
+    /// trips.
+    async fn conn_reading(&mut self, reads: Reads) -> Result<&mut PgConnection, StoreError> {
+        let pending = &self.pending;
+        let send = match reads {
+            Reads::Rows => !pending.rows.is_empty(),
+            Reads::Leases => !pending.leases.is_empty(),
+            Reads::Log => !pending.events.is_empty(),
+            Reads::Everything => !pending.is_empty(),
+        };
+        if send {
+            let statement = std::mem::take(&mut self.pending).into_statement()?;
+            statement.execute(self.raw_conn(), "writing gathered changes").await?;
         }
         Ok(self.raw_conn())
     }
@@ -153,7 +241,7 @@ impl PostgresTx {
     /// (which also clears a statement error that aborted the transaction)
     /// and in the caches. The savepoint stays, for the next piece.
     pub(crate) async fn undo_piece(&mut self, checkpoint: Checkpoint) -> Result<(), StoreError> {
-        self.pending_leases.clear();
+        self.pending = Pending::default();
         self.head = checkpoint.head;
         self.positions = checkpoint.positions;
         self.tables = checkpoint.tables;
@@ -186,7 +274,7 @@ impl PostgresTx {
 
     /// Rolls back; a connection that cannot is closed instead of pooled.
     pub(crate) async fn rollback(mut self) {
-        self.pending_leases.clear();
+        self.pending = Pending::default();
         if rows::script(self.raw_conn(), "ROLLBACK").await.is_ok() {
             drop(self.connection.take());
         }
@@ -204,7 +292,7 @@ impl PostgresTx {
             return Ok(head);
         }
         let head = sqlx::query_scalar::<_, i64>("SELECT COALESCE(MAX(seq), 0) FROM media_operation_events")
-            .fetch_one(self.conn().await?)
+            .fetch_one(self.conn_reading(Reads::Log).await?)
             .await
             .map_err(|error| map(error, "reading the log head"))?;
         self.head = Some(head);
@@ -248,9 +336,16 @@ impl PostgresTx {
              WHERE stream_id = ANY($1::text[]) GROUP BY stream_id{head_part}{positions_part}"
         );
         let streams: Vec<String> = streams.iter().map(|stream| (*stream).to_string()).collect();
+        // Positions gathered but not sent would be missed by the read of
+        // them; the log part needs only the gathered events.
+        let reads = if positions_part.is_empty() {
+            Reads::Log
+        } else {
+            Reads::Everything
+        };
         let fetched = sqlx::query(&sql)
             .bind(streams)
-            .fetch_all(self.conn().await?)
+            .fetch_all(self.conn_reading(reads).await?)
             .await
             .map_err(|error| map(error, "reading stream versions"))?;
         let mut versions = BTreeMap::new();
@@ -277,7 +372,7 @@ impl PostgresTx {
 impl RowTarget for PostgresTx {
     async fn load_rows(&mut self, table: &'static TableSpec, keys: &[String]) -> Result<Vec<Row>, StoreError> {
         let copy = self.copy();
-        rows::load(self.conn().await?, table, copy, keys).await
+        rows::load(self.conn_reading(Reads::Rows).await?, table, copy, keys).await
     }
 
     async fn load_rows_where(
@@ -288,16 +383,18 @@ impl RowTarget for PostgresTx {
     ) -> Result<Vec<Row>, StoreError> {
         let copy = self.copy();
         let filters = [(column, value.clone())];
-        rows::find(self.conn().await?, table, copy, &filters, usize::MAX).await
+        rows::find(self.conn_reading(Reads::Rows).await?, table, copy, &filters, usize::MAX).await
     }
 
     async fn write_rows(&mut self, changes: &[RowChange]) -> Result<(), StoreError> {
-        let order: Vec<&'static TableSpec> = all_specs()
-            .iter()
-            .flat_map(|spec| spec.tables.iter().copied())
-            .collect();
-        let copy = self.copy();
-        rows::write_rows(self.conn().await?, &order, copy, changes).await
+        // Gathered rows address one copy of the tables; a change of copy
+        // sends the ones gathered for the other first.
+        if self.pending.rows_tables.is_some_and(|tables| tables != self.tables) {
+            self.conn().await?;
+        }
+        self.pending.rows_tables = Some(self.tables);
+        self.pending.rows.extend_from_slice(changes);
+        Ok(())
     }
 }
 
@@ -342,7 +439,7 @@ impl WriteTx for PostgresTx {
                 });
             }
         }
-        rows::insert_events(self.conn().await?, &envelopes).await?;
+        rows::push_events(&mut self.pending.events, &envelopes)?;
         self.head = Some(seq);
         Ok(envelopes)
     }
@@ -361,14 +458,9 @@ impl WriteTx for PostgresTx {
                 }
             }
         }
-        let names: Vec<String> = all_specs().iter().map(|spec| spec.name.to_string()).collect();
-        sqlx::query("UPDATE projection_positions SET position = $1 WHERE position = $2 AND name = ANY($3::text[])")
-            .bind(to)
-            .bind(from)
-            .bind(names)
-            .execute(self.conn().await?)
-            .await
-            .map_err(|error| map(error, "advancing projection positions"))?;
+        // Gathered: sent with the piece's other writes, in one statement.
+        let first = self.pending.positions.map_or(from, |(first, _)| first);
+        self.pending.positions = Some((first, to));
         if let Some(positions) = self.positions.as_mut() {
             for spec in all_specs() {
                 if let Some(entry) = positions.get_mut(spec.name) {
@@ -416,7 +508,7 @@ impl WriteTx for PostgresTx {
     }
 
     async fn read_events(&mut self, after: i64, limit: usize) -> Result<Vec<EventEnvelope>, StoreError> {
-        rows::read_events(self.conn().await?, after, limit).await
+        rows::read_events(self.conn_reading(Reads::Log).await?, after, limit).await
     }
 
     async fn head(&mut self) -> Result<i64, StoreError> {
@@ -573,20 +665,20 @@ impl WriteTx for PostgresTx {
         limit: usize,
     ) -> Result<Vec<Row>, StoreError> {
         let copy = self.copy();
-        rows::find(self.conn().await?, table, copy, filters, limit).await
+        rows::find(self.conn_reading(Reads::Rows).await?, table, copy, filters, limit).await
     }
 
     async fn claimable(&mut self, query: &ClaimQuery) -> Result<Vec<Row>, StoreError> {
         let copy = self.copy();
-        work::claimable(self.conn().await?, copy, query).await
+        work::claimable(self.conn_reading(Reads::Rows).await?, copy, query).await
     }
 
     async fn lease(&mut self, claim_token: &str) -> Result<Option<Lease>, StoreError> {
-        work::lease(self.conn().await?, claim_token).await
+        work::lease(self.conn_reading(Reads::Leases).await?, claim_token).await
     }
 
     async fn leases(&mut self, claim_tokens: &[String]) -> Result<Vec<Lease>, StoreError> {
-        work::leases(self.conn().await?, claim_tokens).await
+        work::leases(self.conn_reading(Reads::Leases).await?, claim_tokens).await
     }
 
     async fn find_rows_in(
@@ -596,17 +688,18 @@ impl WriteTx for PostgresTx {
         values: &[Cell],
     ) -> Result<Vec<Row>, StoreError> {
         let copy = self.copy();
-        rows::find_in(self.conn().await?, table, copy, column, values).await
+        rows::find_in(self.conn_reading(Reads::Rows).await?, table, copy, column, values).await
     }
 
     async fn put_lease(&mut self, lease: &Lease) -> Result<(), StoreError> {
-        self.pending_leases
+        self.pending
+            .leases
             .insert(lease.claim_token.clone(), Some(lease.clone()));
         Ok(())
     }
 
     async fn delete_lease(&mut self, claim_token: &str) -> Result<(), StoreError> {
-        self.pending_leases.insert(claim_token.to_string(), None);
+        self.pending.leases.insert(claim_token.to_string(), None);
         Ok(())
     }
 }

@@ -1,9 +1,10 @@
 //! The work protocol's queries: claimable processing states, expired
 //! claims, and the lease table (claim liveness, not rebuilt by replay).
 
+use crate::batch::{Bind, Statement};
 use crate::ddl::{self, Copy};
 use crate::error::map;
-use crate::rows::{column_list, decode_row};
+use crate::rows::{column_list, decode_row, Values};
 use chrono::{DateTime, Utc};
 use opledger_domain::projections::{Row, TableSpec, MEDIA_STATES_TABLE, REGION_STATES_TABLE};
 use opledger_domain::{OperationId, Timestamp};
@@ -180,20 +181,19 @@ fn decode_lease(row: &PgRow) -> Result<Lease, StoreError> {
     })
 }
 
-/// Inserts or replaces lease rows (every column, as SQLite's `INSERT OR
-/// REPLACE`) and deletes others: two statements at most, whatever the
-/// number of claims. The tokens of `puts` must be distinct (one
-/// `ON CONFLICT` statement may not touch a row twice) and apart from `deletes`.
-pub async fn write_leases(conn: &mut PgConnection, puts: &[&Lease], deletes: &[&str]) -> Result<(), StoreError> {
+/// Adds lease writes to `statement`: inserts or replaces lease rows (every
+/// column, as SQLite's `INSERT OR REPLACE`) and deletes others, two parts
+/// at most whatever the number of claims. The tokens of `puts` must be
+/// distinct (one `ON CONFLICT` may not touch a row twice) and apart from
+/// `deletes`.
+pub(crate) fn push_leases(statement: &mut Statement, puts: &[&Lease], deletes: &[&str]) {
     if !deletes.is_empty() {
-        sqlx::query("DELETE FROM task_leases WHERE claim_token = ANY($1::text[])")
-            .bind(deletes)
-            .execute(&mut *conn)
-            .await
-            .map_err(|error| map(error, "deleting leases"))?;
+        let tokens = deletes.iter().map(|token| Some((*token).to_string())).collect();
+        let tokens = statement.param(Bind::Array(Values::Text(tokens)), "text[]");
+        statement.push(format!("DELETE FROM task_leases WHERE claim_token = ANY({tokens})"));
     }
     if puts.is_empty() {
-        return Ok(());
+        return;
     }
     let updates = LEASE_COLUMNS
         .split(',')
@@ -202,32 +202,43 @@ pub async fn write_leases(conn: &mut PgConnection, puts: &[&Lease], deletes: &[&
         .map(|column| format!("{column} = EXCLUDED.{column}"))
         .collect::<Vec<_>>()
         .join(", ");
-    let sql = format!(
-        "INSERT INTO task_leases ({LEASE_COLUMNS}) \
-         SELECT * FROM UNNEST($1::text[], $2::uuid[], $3::text[], $4::timestamptz[], $5::timestamptz[], \
-                              $6::text[], $7::bigint[], $8::bigint[], $9::timestamptz[], $10::boolean[]) \
-         ON CONFLICT (claim_token) DO UPDATE SET {updates}"
-    );
-    let texts = |value: fn(&Lease) -> Option<String>| puts.iter().map(|lease| value(lease)).collect::<Vec<_>>();
-    let counts = |value: fn(&Lease) -> Option<i64>| puts.iter().map(|lease| value(lease)).collect::<Vec<_>>();
+    let texts = |value: fn(&Lease) -> Option<String>| Values::Text(puts.iter().map(|lease| value(lease)).collect());
+    let counts = |value: fn(&Lease) -> Option<i64>| Values::Integer(puts.iter().map(|lease| value(lease)).collect());
     let times = |value: fn(&Lease) -> Option<Timestamp>| {
-        puts.iter()
-            .map(|lease| value(lease).map(Timestamp::to_datetime))
-            .collect::<Vec<_>>()
+        Values::Timestamp(
+            puts.iter()
+                .map(|lease| value(lease).map(Timestamp::to_datetime))
+                .collect(),
+        )
     };
-    sqlx::query(&sql)
-        .bind(puts.iter().map(|lease| lease.claim_token.as_str()).collect::<Vec<_>>())
-        .bind(puts.iter().map(|lease| lease.operation_id.0).collect::<Vec<_>>())
-        .bind(puts.iter().map(|lease| lease.worker.as_str()).collect::<Vec<_>>())
-        .bind(times(|lease| Some(lease.heartbeat_at)))
-        .bind(times(|lease| Some(lease.lease_expires_at)))
-        .bind(texts(|lease| lease.phase.clone()))
-        .bind(counts(|lease| lease.processed))
-        .bind(counts(|lease| lease.total))
-        .bind(times(|lease| lease.progressed_at))
-        .bind(puts.iter().map(|lease| lease.progress_unrecorded).collect::<Vec<_>>())
-        .execute(&mut *conn)
-        .await
-        .map_err(|error| map(error, "writing leases"))?;
-    Ok(())
+    let arrays = [
+        statement.param(Bind::Array(texts(|lease| Some(lease.claim_token.clone()))), "text[]"),
+        statement.param(
+            Bind::Array(Values::Uuid(
+                puts.iter().map(|lease| Some(lease.operation_id.0)).collect(),
+            )),
+            "uuid[]",
+        ),
+        statement.param(Bind::Array(texts(|lease| Some(lease.worker.clone()))), "text[]"),
+        statement.param(Bind::Array(times(|lease| Some(lease.heartbeat_at))), "timestamptz[]"),
+        statement.param(
+            Bind::Array(times(|lease| Some(lease.lease_expires_at))),
+            "timestamptz[]",
+        ),
+        statement.param(Bind::Array(texts(|lease| lease.phase.clone())), "text[]"),
+        statement.param(Bind::Array(counts(|lease| lease.processed)), "bigint[]"),
+        statement.param(Bind::Array(counts(|lease| lease.total)), "bigint[]"),
+        statement.param(Bind::Array(times(|lease| lease.progressed_at)), "timestamptz[]"),
+        statement.param(
+            Bind::Array(Values::Bool(
+                puts.iter().map(|lease| Some(lease.progress_unrecorded)).collect(),
+            )),
+            "boolean[]",
+        ),
+    ];
+    statement.push(format!(
+        "INSERT INTO task_leases ({LEASE_COLUMNS}) SELECT * FROM UNNEST({}) \
+         ON CONFLICT (claim_token) DO UPDATE SET {updates}",
+        arrays.join(", ")
+    ));
 }

@@ -51,7 +51,8 @@ macro_rules! conformance_tests {
             leases_round_trip_and_expired_claims_honour_extended_leases,
             rows_are_found_by_non_key_columns,
             processing_state_constraints_are_enforced_by_the_database,
-            rows_written_from_a_known_stored_row_land_whole_even_when_the_store_lacks_it
+            rows_written_from_a_known_stored_row_land_whole_even_when_the_store_lacks_it,
+            concurrent_pieces_whose_rows_the_database_refuses_fail_alone_with_their_events
         );
     };
     (@each $make:expr; $($name:ident),+) => {
@@ -518,6 +519,89 @@ pub async fn concurrent_writes_on_one_store_succeed_or_fail_on_their_own<H: Harn
 }
 
 // ---- the work protocol's tables and queries ----------------------------
+
+/// Many pieces at once, each appending an event and writing a processing
+/// state; the database refuses the rows of some (a claimed status without a
+/// claim). A backend may gather a piece's writes and send them later, even
+/// after the piece's work returned: a refused piece must still get the
+/// database's refusal as its own answer, and lose its event with its rows,
+/// while the others keep theirs.
+pub async fn concurrent_pieces_whose_rows_the_database_refuses_fail_alone_with_their_events<H: Harness>(harness: &H) {
+    let store = harness.open().await;
+    const PIECES: u128 = 40;
+    let items: Vec<RowChange> = (0..PIECES)
+        .map(|n| upsert(Row::Media(media_row(media(100 + n)))))
+        .collect();
+    write_rows(&store, items).await.unwrap();
+    let refused = |n: u128| n % 4 == 1;
+    let mut tasks = Vec::new();
+    for n in 0..PIECES {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            let item = media(100 + n);
+            let append = one(
+                &StreamId::media(item),
+                ExpectedVersion::NoStream,
+                vec![registered(item, n as i64)],
+            );
+            let mut row = state(
+                1000 + n,
+                TargetType::Media,
+                item.0,
+                "metadata",
+                OperationStatus::Queued,
+                0,
+                0,
+            );
+            if refused(n) {
+                row.status = OperationStatus::Leased;
+            }
+            let result = store
+                .write(move |tx: &mut <H::Store as Store>::Tx| {
+                    Box::pin(async move {
+                        tx.append(append).await?;
+                        tx.write_rows(&[upsert(Row::ProcessingState(row))]).await
+                    })
+                })
+                .await;
+            (n, result)
+        }));
+    }
+    let mut kept = Vec::new();
+    for task in tasks {
+        let (n, result) = task.await.unwrap();
+        match result {
+            Err(error) if refused(n) => assert_eq!(error.kind, ErrorKind::Constraint, "piece {n}: {error}"),
+            Ok(()) if !refused(n) => kept.push(n),
+            other => panic!("piece {n}: unexpected {other:?}"),
+        }
+    }
+    let all: Vec<_> = store.read_all(0, 100).try_collect().await.unwrap();
+    let mut logged: Vec<StreamId> = all.iter().map(|envelope| envelope.stream_id.clone()).collect();
+    logged.sort();
+    let mut expected: Vec<StreamId> = kept.iter().map(|n| StreamId::media(media(100 + n))).collect();
+    expected.sort();
+    assert_eq!(logged, expected, "exactly the kept pieces' events are in the log");
+    assert_eq!(
+        all.iter().map(|envelope| envelope.seq).collect::<Vec<_>>(),
+        (1..=kept.len() as i64).collect::<Vec<_>>(),
+        "gap-free despite the refused pieces"
+    );
+    let targets: Vec<Cell> = (0..PIECES).map(|n| Cell::Uuid(media(100 + n).0)).collect();
+    let found = store
+        .write(move |tx: &mut <H::Store as Store>::Tx| {
+            Box::pin(async move { tx.find_rows_in(&MEDIA_STATES_TABLE, "media_id", &targets).await })
+        })
+        .await
+        .unwrap();
+    let mut found = operation_ids(&found);
+    found.sort_unstable();
+    assert_eq!(
+        found,
+        kept.iter().map(|n| 1000 + n).collect::<Vec<_>>(),
+        "exactly the kept pieces' rows are stored"
+    );
+}
 
 fn media_row(media_id: MediaId) -> MediaRow {
     MediaRow {
