@@ -27,6 +27,7 @@ DECLARE
     below        bigint;
     above        bigint;
     bad_stream   text;
+    first_version bigint;
 BEGIN
     SELECT MIN(seq), MAX(seq), COUNT(*) INTO first_seq, last_seq, row_count FROM inserted;
     IF row_count = 0 THEN
@@ -38,6 +39,20 @@ BEGIN
         RAISE EXCEPTION 'media_operation_events: seq must be the next one (got seqs % to % in % rows; the highest seq before them is %)',
                         first_seq, last_seq, row_count, below
             USING ERRCODE = 'OL002';
+    END IF;
+    IF row_count = 1 THEN
+        -- One row (a lone command's event): two index probes, no window
+        -- query to plan.
+        SELECT stream_id, stream_version INTO bad_stream, first_version FROM inserted;
+        SELECT COALESCE(MAX(stream_version), 0) INTO below FROM media_operation_events
+            WHERE stream_id = bad_stream AND stream_version < first_version;
+        SELECT MAX(stream_version) INTO above FROM media_operation_events
+            WHERE stream_id = bad_stream AND stream_version > first_version;
+        IF below <> first_version - 1 OR above IS NOT NULL THEN
+            RAISE EXCEPTION 'media_operation_events: stream_version must be the next one of stream % in seq order', bad_stream
+                USING ERRCODE = 'OL002';
+        END IF;
+        RETURN NULL;
     END IF;
     SELECT stream_id INTO bad_stream FROM (
         SELECT stream_id, stream_version,
