@@ -57,13 +57,19 @@ pub async fn fold_events<T: RowTarget>(
             missing.entry(key.table).or_default().insert(key.key);
         }
     }
+    let mut requests = Vec::with_capacity(missing.len());
     for (table_name, keys) in missing {
         let table = table_by_name(table_name)
             .ok_or_else(|| StoreError::corrupt(format!("a fold named unknown table {table_name}")))?;
-        let keys: Vec<String> = keys.into_iter().collect();
-        let loaded = target.load_rows(table, &keys).await?;
-        for key in keys {
-            rows.insert_loaded(RowKey { table: table.name, key }, None);
+        requests.push((table, keys.into_iter().collect::<Vec<String>>()));
+    }
+    if !requests.is_empty() {
+        // Every table at once: one round trip where a statement is one.
+        let loaded = target.load_rows_of_tables(&requests).await?;
+        for (table, keys) in requests {
+            for key in keys {
+                rows.insert_loaded(RowKey { table: table.name, key }, None);
+            }
         }
         for row in loaded {
             rows.insert_loaded(row.key(), Some(row));

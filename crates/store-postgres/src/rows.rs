@@ -266,6 +266,99 @@ pub async fn load(
     fetched.iter().map(|row| decode_row(row, table)).collect()
 }
 
+/// Loads rows by key from several tables of one copy in one statement:
+/// each table's rows as JSON (`row_to_json`), told apart by the table's
+/// place in `requests`. One table alone is read with its typed columns.
+pub async fn load_many(
+    conn: &mut PgConnection,
+    requests: &[(&'static TableSpec, Vec<String>)],
+    copy: Copy<'_>,
+) -> Result<Vec<Row>, StoreError> {
+    let requests: Vec<&(&'static TableSpec, Vec<String>)> =
+        requests.iter().filter(|(_, keys)| !keys.is_empty()).collect();
+    if let [(table, keys)] = requests.as_slice() {
+        return load(conn, table, copy, keys).await;
+    }
+    let mut selects = Vec::with_capacity(requests.len());
+    let mut binds = Vec::with_capacity(requests.len());
+    for (index, (table, keys)) in requests.iter().enumerate() {
+        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let values = key_values(table, &keys);
+        if values.is_empty() {
+            continue;
+        }
+        binds.push(values);
+        selects.push(format!(
+            "SELECT {index}::integer, row_to_json(r)::text FROM (SELECT {} FROM {} WHERE {} = ANY(${}::{}[])) AS r",
+            column_list(table),
+            ddl::table_name(table.name, copy),
+            key_column(table),
+            binds.len(),
+            sql_type(table.columns[0].ty)
+        ));
+    }
+    if selects.is_empty() {
+        return Ok(Vec::new());
+    }
+    let sql = selects.join(" UNION ALL ");
+    let mut query = sqlx::query(&sql);
+    for values in binds {
+        query = values.bind_array(query);
+    }
+    let fetched = query
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(|error| map(error, "loading projection rows"))?;
+    let mut rows = Vec::with_capacity(fetched.len());
+    for row in &fetched {
+        let index: i32 = row.try_get(0).map_err(|error| map(error, "loading projection rows"))?;
+        let json: &str = row.try_get(1).map_err(|error| map(error, "loading projection rows"))?;
+        let (table, _) = usize::try_from(index)
+            .ok()
+            .and_then(|index| requests.get(index))
+            .ok_or_else(|| StoreError::corrupt(format!("a loaded row of unknown table {index}")))?;
+        rows.push(decode_json_row(json, table)?);
+    }
+    Ok(rows)
+}
+
+/// Decodes a row of `table` from `row_to_json`'s text: numbers, booleans,
+/// strings for text, uuids and times (ISO 8601 with an offset, exact to
+/// the microsecond), null for NULL.
+pub(crate) fn decode_json_row(json: &str, table: &TableSpec) -> Result<Row, StoreError> {
+    let bad = |what: String| StoreError::corrupt(format!("a loaded row of {}: {what}", table.name));
+    let object: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(json).map_err(|error| bad(error.to_string()))?;
+    let mut cells = Vec::with_capacity(table.columns.len());
+    for column in table.columns {
+        let value = object
+            .get(column.name)
+            .ok_or_else(|| bad(format!("no column {}", column.name)))?;
+        let wrong = || bad(format!("column {}: {value} is not {:?}", column.name, column.ty));
+        let cell = match (column.ty, value) {
+            (_, serde_json::Value::Null) => Cell::Null,
+            (ColumnType::Integer, value) => Cell::Integer(value.as_i64().ok_or_else(wrong)?),
+            (ColumnType::Real, serde_json::Value::String(text)) => {
+                Cell::Real(text.parse::<f64>().map_err(|_| wrong())?)
+            }
+            (ColumnType::Real, value) => Cell::Real(value.as_f64().ok_or_else(wrong)?),
+            (ColumnType::Text, serde_json::Value::String(text)) => Cell::Text(text.clone()),
+            (ColumnType::Json, serde_json::Value::String(text)) => Cell::Json(text.clone()),
+            (ColumnType::Bool, serde_json::Value::Bool(flag)) => Cell::Bool(*flag),
+            (ColumnType::Timestamp, serde_json::Value::String(text)) => {
+                let at = DateTime::parse_from_rfc3339(text).map_err(|error| bad(format!("{text:?}: {error}")))?;
+                Cell::Timestamp(Timestamp::from_datetime(at.with_timezone(&Utc)))
+            }
+            (ColumnType::Uuid, serde_json::Value::String(text)) => {
+                Cell::Uuid(Uuid::parse_str(text).map_err(|error| bad(format!("{text:?}: {error}")))?)
+            }
+            _ => return Err(wrong()),
+        };
+        cells.push(cell);
+    }
+    Row::from_cells(table, cells).map_err(|error| StoreError::corrupt(error.to_string()))
+}
+
 /// Rows of one copy of a table whose columns equal the given cells.
 pub async fn find(
     conn: &mut PgConnection,

@@ -375,6 +375,14 @@ impl RowTarget for PostgresTx {
         rows::load(self.conn_reading(Reads::Rows).await?, table, copy, keys).await
     }
 
+    async fn load_rows_of_tables(
+        &mut self,
+        requests: &[(&'static TableSpec, Vec<String>)],
+    ) -> Result<Vec<Row>, StoreError> {
+        let copy = self.copy();
+        rows::load_many(self.conn_reading(Reads::Rows).await?, requests, copy).await
+    }
+
     async fn load_rows_where(
         &mut self,
         table: &'static TableSpec,

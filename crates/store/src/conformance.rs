@@ -52,7 +52,8 @@ macro_rules! conformance_tests {
             rows_are_found_by_non_key_columns,
             processing_state_constraints_are_enforced_by_the_database,
             rows_written_from_a_known_stored_row_land_whole_even_when_the_store_lacks_it,
-            concurrent_pieces_whose_rows_the_database_refuses_fail_alone_with_their_events
+            concurrent_pieces_whose_rows_the_database_refuses_fail_alone_with_their_events,
+            rows_loaded_from_several_tables_at_once_equal_rows_loaded_table_by_table
         );
     };
     (@each $make:expr; $($name:ident),+) => {
@@ -1002,6 +1003,86 @@ pub async fn processing_state_constraints_are_enforced_by_the_database<H: Harnes
 /// changed columns; the row read back must be the whole new row all the
 /// same, an unchanged row must stay, and a change whose stored row turns out
 /// to be missing must still land.
+/// A backend may load a fold's rows of several tables in one statement
+/// (PostgreSQL decodes them from JSON there): every column type must come
+/// back exactly as it does table by table — times to the microsecond,
+/// unicode and JSON text, NULLs, booleans, large integers.
+pub async fn rows_loaded_from_several_tables_at_once_equal_rows_loaded_table_by_table<H: Harness>(harness: &H) {
+    let store = harness.open().await;
+    let (first, second) = (media(1), media(2));
+    let mut unusual = media_row(second);
+    unusual.path = "/library/ünïcödé \"quoted\" \\ back\tslash 写真.png".into();
+    unusual.content_digest = None;
+    unusual.byte_size = Some(i64::MAX - 1);
+    unusual.registered_at = Timestamp::from_micros(1_780_000_000_123_457);
+    let region = RegionId(Uuid::from_u128(7));
+    let mut held = claimed(
+        state(
+            3,
+            TargetType::Media,
+            first.0,
+            "metadata",
+            OperationStatus::Queued,
+            -5,
+            1,
+        ),
+        "token-α",
+        999_999,
+    );
+    held.inputs = r#"{"b": [1, 2.5, "x"], "a": {"nested": null}}"#.into();
+    held.cancel_requested = true;
+    held.last_error = Some("line one\nline two".into());
+    let plain = state(
+        4,
+        TargetType::Media,
+        second.0,
+        "thumbnail",
+        OperationStatus::Queued,
+        0,
+        0,
+    );
+    let rows = vec![
+        Row::Media(media_row(first)),
+        Row::Media(unusual),
+        Row::Region(region_row(region, first)),
+        Row::ProcessingState(held),
+        Row::ProcessingState(plain),
+    ];
+    write_rows(&store, rows.iter().cloned().map(upsert).collect())
+        .await
+        .unwrap();
+    let mut requests: Vec<(&'static opledger_domain::projections::TableSpec, Vec<String>)> = Vec::new();
+    for row in &rows {
+        let key = row.key();
+        let table = row.table();
+        match requests.iter_mut().find(|(known, _)| known.name == table.name) {
+            Some((_, keys)) => keys.push(key.key),
+            None => requests.push((table, vec![key.key])),
+        }
+    }
+    // A key that names no row is simply missing from the answer.
+    requests[0].1.push(media(99).to_string());
+    let (at_once, one_by_one) = store
+        .write(move |tx: &mut <H::Store as Store>::Tx| {
+            Box::pin(async move {
+                let at_once = tx.load_rows_of_tables(&requests).await?;
+                let mut one_by_one = Vec::new();
+                for (table, keys) in &requests {
+                    one_by_one.extend(tx.load_rows(table, keys).await?);
+                }
+                Ok::<_, StoreError>((at_once, one_by_one))
+            })
+        })
+        .await
+        .unwrap();
+    let sorted = |mut rows: Vec<Row>| {
+        rows.sort_by_key(|row| (row.table().name, row.key().key));
+        rows
+    };
+    assert_eq!(sorted(one_by_one), sorted(rows.clone()), "table by table");
+    assert_eq!(sorted(at_once), sorted(rows), "at once");
+}
+
 pub async fn rows_written_from_a_known_stored_row_land_whole_even_when_the_store_lacks_it<H: Harness>(harness: &H) {
     let store = harness.open().await;
     let item = media(1);

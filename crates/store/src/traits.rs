@@ -121,6 +121,23 @@ pub trait RowTarget: Send {
         keys: &[String],
     ) -> impl Future<Output = Result<Vec<Row>, StoreError>> + Send;
 
+    /// Loads rows of several tables by primary key at once: what a fold
+    /// needs before it applies a chunk of events. The stored rows found, in
+    /// no particular order. A backend where every statement is a round trip
+    /// answers with one; the default asks [`RowTarget::load_rows`] per table.
+    fn load_rows_of_tables(
+        &mut self,
+        requests: &[(&'static TableSpec, Vec<String>)],
+    ) -> impl Future<Output = Result<Vec<Row>, StoreError>> + Send {
+        async move {
+            let mut rows = Vec::new();
+            for (table, keys) in requests {
+                rows.extend(self.load_rows(table, keys).await?);
+            }
+            Ok(rows)
+        }
+    }
+
     /// Every row of `table` whose `column` equals `value`: what a fold's
     /// [`opledger_domain::projections::RowQuery`] asks for (the children a
     /// deletion is about to cascade to).
