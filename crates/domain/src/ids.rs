@@ -15,6 +15,15 @@ macro_rules! id_type {
         pub struct $name(pub Uuid);
 
         impl $name {
+            /// The id as a row key: the hyphenated lowercase text, as
+            /// `to_string` gives it, encoded without the formatting
+            /// machinery (folds build a key per row they touch; through
+            /// `Display` that was 6% of replay).
+            pub fn key(&self) -> String {
+                let mut buffer = Uuid::encode_buffer();
+                String::from(&*self.0.hyphenated().encode_lower(&mut buffer))
+            }
+
             pub fn as_uuid(&self) -> Uuid {
                 self.0
             }
@@ -53,3 +62,22 @@ id_type!(
     /// A batch: a named run over a fixed set of items; also names its stream.
     BatchId
 );
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Row keys are the stored key text: `key` must be exactly what
+        /// `to_string` (and therefore every stored key) gives.
+        #[test]
+        fn an_id_key_is_its_display_text(bits in any::<u128>()) {
+            let uuid = Uuid::from_u128(bits);
+            prop_assert_eq!(MediaId(uuid).key(), MediaId(uuid).to_string());
+            prop_assert_eq!(RegionId(uuid).key(), RegionId(uuid).to_string());
+            prop_assert_eq!(OperationId(uuid).key(), OperationId(uuid).to_string());
+            prop_assert_eq!(BatchId(uuid).key(), BatchId(uuid).to_string());
+        }
+    }
+}

@@ -213,7 +213,7 @@ pub fn batch_item_id(batch_id: BatchId, operation_id: OperationId) -> String {
 }
 
 pub fn batch_key(batch_id: BatchId) -> RowKey {
-    RowKey::new(&BATCHES_TABLE, batch_id.to_string())
+    RowKey::new(&BATCHES_TABLE, batch_id.key())
 }
 
 pub fn batch_item_key(batch_id: BatchId, operation_id: OperationId) -> RowKey {

@@ -154,7 +154,7 @@ pub fn version_key(task_kind: &str, version: Option<&str>) -> String {
 }
 
 pub fn capability_key(operation_id: OperationId) -> RowKey {
-    RowKey::new(&CAPABILITY_STATES_TABLE, operation_id.to_string())
+    RowKey::new(&CAPABILITY_STATES_TABLE, operation_id.key())
 }
 
 /// Folds media task operations into capability states.

@@ -138,11 +138,11 @@ impl RegionRow {
 }
 
 pub fn media_key(media_id: MediaId) -> RowKey {
-    RowKey::new(&MEDIA_TABLE, media_id.to_string())
+    RowKey::new(&MEDIA_TABLE, media_id.key())
 }
 
 pub fn region_key(region_id: RegionId) -> RowKey {
-    RowKey::new(&REGIONS_TABLE, region_id.to_string())
+    RowKey::new(&REGIONS_TABLE, region_id.key())
 }
 
 /// Folds media and region events into `media` and `media_regions`.

@@ -121,10 +121,10 @@ impl Row {
 
     pub fn key(&self) -> RowKey {
         match self {
-            Row::Media(row) => RowKey::new(&MEDIA_TABLE, row.media_id.to_string()),
-            Row::Region(row) => RowKey::new(&REGIONS_TABLE, row.region_id.to_string()),
-            Row::Operation(row) => RowKey::new(&OPERATIONS_TABLE, row.operation_id.to_string()),
-            Row::ProcessingState(row) => RowKey::new(row.table(), row.operation_id.to_string()),
+            Row::Media(row) => RowKey::new(&MEDIA_TABLE, row.media_id.key()),
+            Row::Region(row) => RowKey::new(&REGIONS_TABLE, row.region_id.key()),
+            Row::Operation(row) => RowKey::new(&OPERATIONS_TABLE, row.operation_id.key()),
+            Row::ProcessingState(row) => RowKey::new(row.table(), row.operation_id.key()),
             Row::Capability(row) => capability_key(row.operation_id),
             Row::Batch(row) => batch_key(row.batch_id),
             Row::BatchItem(row) => batch_item_key(row.batch_id, row.operation_id),
@@ -136,7 +136,7 @@ impl Row {
     /// The row whose deletion deletes this one (ON DELETE CASCADE).
     pub fn parent(&self) -> Option<RowKey> {
         match self {
-            Row::Region(row) => Some(RowKey::new(&MEDIA_TABLE, row.media_id.to_string())),
+            Row::Region(row) => Some(RowKey::new(&MEDIA_TABLE, row.media_id.key())),
             Row::ProcessingState(row) => Some(row.parent_key()),
             Row::Capability(row) => Some(media_key(row.media_id)),
             Row::BatchItem(row) => Some(batch_key(row.batch_id)),

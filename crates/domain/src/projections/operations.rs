@@ -169,7 +169,7 @@ impl OperationRow {
 }
 
 pub fn operation_key(operation_id: OperationId) -> RowKey {
-    RowKey::new(&OPERATIONS_TABLE, operation_id.to_string())
+    RowKey::new(&OPERATIONS_TABLE, operation_id.key())
 }
 
 /// Folds operation events into `media_operations`.

@@ -214,7 +214,7 @@ pub fn state_table(target_type: TargetType) -> &'static TableSpec {
 }
 
 pub fn state_key(target_type: TargetType, operation_id: OperationId) -> RowKey {
-    RowKey::new(state_table(target_type), operation_id.to_string())
+    RowKey::new(state_table(target_type), operation_id.key())
 }
 
 /// Folds task operations' events into the processing-state tables.

@@ -127,7 +127,7 @@ impl ReviewRow {
 }
 
 pub fn review_key(operation_id: OperationId) -> RowKey {
-    RowKey::new(&REVIEW_TABLE, operation_id.to_string())
+    RowKey::new(&REVIEW_TABLE, operation_id.key())
 }
 
 /// Folds operation outcomes and recorded resolutions into the queue.
