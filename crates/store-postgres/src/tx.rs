@@ -47,9 +47,10 @@ pub struct PostgresTx {
     /// Every projection's (version, position), once read (same reason).
     positions: Option<BTreeMap<String, (i64, i64)>>,
     tables: TableSet,
-    /// Writes gathered and not sent yet: sent as one statement before the
-    /// next statement of any kind, at the end of each piece of a group and
-    /// before COMMIT, so the work always reads its own writes.
+    /// Writes gathered and not sent yet: sent as one statement before a
+    /// statement that could see them (`conn_reading`), at the end of each
+    /// piece of a group and before COMMIT, so the work always reads its own
+    /// writes.
     pending: Pending,
 }
 
