@@ -46,6 +46,11 @@ pub async fn ingest_workload(template: &SqliteConfig, dir: &Path, args: &BenchAr
     let mut runs = Vec::new();
     for &workers in &args.workers {
         let run_dir = dir.join(format!("ingest-{workers}"));
+        // A ledger left by an earlier run in the same folder would find
+        // every file unchanged and measure an idempotent rerun instead.
+        if run_dir.exists() {
+            std::fs::remove_dir_all(&run_dir)?;
+        }
         std::fs::create_dir_all(&run_dir)?;
         let store = store_at(template, run_dir.join("ledger.db")).await?;
         let (engine, _) = Engine::open(store).await?;
