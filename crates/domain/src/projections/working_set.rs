@@ -57,9 +57,15 @@ pub struct RowQuery {
     pub value: Cell,
 }
 
+/// One cached row. The row is boxed so the map's entries stay small (a
+/// row is ~400 bytes inline): replay keeps tens of thousands cached, and
+/// with rows inline every probe strode over them and every growth of the
+/// map moved them all (measured: a third of replay's time went to finding
+/// and inserting keys, mostly rehashing and page faults). A replaced row
+/// reuses its box.
 #[derive(Debug, Clone)]
 struct Slot {
-    row: Option<Row>,
+    row: Option<Box<Row>>,
     dirty: bool,
 }
 
@@ -165,11 +171,17 @@ impl WorkingSet {
 
     /// Records what the store holds for `key` (None: no such row).
     pub fn insert_loaded(&mut self, key: RowKey, row: Option<Row>) {
-        self.slots.insert(key, Slot { row, dirty: false });
+        self.slots.insert(
+            key,
+            Slot {
+                row: row.map(Box::new),
+                dirty: false,
+            },
+        );
     }
 
     pub fn get(&self, key: &RowKey) -> Option<&Row> {
-        self.slots.get(key).and_then(|slot| slot.row.as_ref())
+        self.slots.get(key).and_then(|slot| slot.row.as_deref())
     }
 
     /// Inserts or replaces a row.
@@ -183,7 +195,10 @@ impl WorkingSet {
     fn replace(&mut self, key: RowKey, row: Option<Row>) {
         match self.slots.get_mut(&key) {
             Some(slot) => {
-                let previous = std::mem::replace(&mut slot.row, row);
+                let previous = match (slot.row.as_mut(), row) {
+                    (Some(boxed), Some(row)) => Some(std::mem::replace(&mut **boxed, row)),
+                    (_, row) => std::mem::replace(&mut slot.row, row.map(Box::new)).map(|boxed| *boxed),
+                };
                 let was_dirty = std::mem::replace(&mut slot.dirty, true);
                 // A dirty slot's entry already says what the store holds.
                 self.dirty.entry(key).or_insert(if was_dirty || self.forget_stored {
@@ -196,7 +211,13 @@ impl WorkingSet {
                 });
             }
             None => {
-                self.slots.insert(key.clone(), Slot { row, dirty: true });
+                self.slots.insert(
+                    key.clone(),
+                    Slot {
+                        row: row.map(Box::new),
+                        dirty: true,
+                    },
+                );
                 self.dirty.entry(key).or_insert(Stored::Unknown);
             }
         }
@@ -214,10 +235,10 @@ impl WorkingSet {
     fn cascade(&mut self, parent: &RowKey) {
         let mut orphans = Vec::new();
         for (child_key, slot) in self.slots.iter_mut() {
-            if slot.row.as_ref().and_then(Row::parent).as_ref() == Some(parent) {
+            if slot.row.as_deref().and_then(Row::parent).as_ref() == Some(parent) {
                 // The stored copy (if any) goes by cascade; nothing to write.
                 if let Some(row) = slot.row.take() {
-                    self.cascaded.push(row);
+                    self.cascaded.push(*row);
                 }
                 slot.dirty = false;
                 orphans.push(child_key.clone());
@@ -260,7 +281,7 @@ impl WorkingSet {
             if let Some(slot) = self.slots.get_mut(&key) {
                 if slot.dirty {
                     slot.dirty = false;
-                    let after = slot.row.clone();
+                    let after = slot.row.as_deref().cloned();
                     changes.push(RowChange { key, before, after });
                 }
             }
@@ -280,7 +301,7 @@ impl WorkingSet {
         let mut present: Vec<(&RowKey, &Row)> = self
             .slots
             .iter()
-            .filter_map(|(key, slot)| slot.row.as_ref().map(|row| (key, row)))
+            .filter_map(|(key, slot)| slot.row.as_deref().map(|row| (key, row)))
             .collect();
         present.sort_by(|a, b| a.0.cmp(b.0));
         present.into_iter().map(|(_, row)| row)
