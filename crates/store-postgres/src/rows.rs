@@ -454,7 +454,7 @@ pub(crate) fn push_row_changes(
     for table in table_order {
         let mut last: BTreeMap<&str, Option<&Row>> = BTreeMap::new();
         for change in changes.iter().filter(|change| change.key.table == table.name) {
-            last.insert(change.key.key.as_str(), change.after.as_ref());
+            last.insert(change.key.key.as_str(), change.after.as_deref());
         }
         if last.is_empty() {
             continue;

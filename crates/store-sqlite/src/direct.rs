@@ -256,7 +256,7 @@ pub(crate) fn write_rows(
     for table in table_order {
         let mut whole: Vec<&Row> = Vec::new();
         for change in changes.iter().filter(|change| change.key.table == table.name) {
-            let Some(after) = &change.after else { continue };
+            let Some(after) = change.after.as_deref() else { continue };
             match change.changed_cells() {
                 // The store holds exactly this row already.
                 Some(changed) if changed.is_empty() => {}

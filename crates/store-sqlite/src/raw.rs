@@ -130,7 +130,7 @@ pub async fn write_rows(
             let mut upserts = changes
                 .iter()
                 .filter(|change| change.key.table == table.name)
-                .filter_map(|change| change.after.as_ref())
+                .filter_map(|change| change.after.as_deref())
                 .peekable();
             if upserts.peek().is_none() {
                 continue;

@@ -3,6 +3,7 @@
 use super::cells::{Cell, TableSpec};
 use super::Row;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// The slots by key. A hash map, because a fold looks rows up several times
 /// per event and replay keeps up to 25,000 rows cached: a B-tree lookup
@@ -57,15 +58,17 @@ pub struct RowQuery {
     pub value: Cell,
 }
 
-/// One cached row. The row is boxed so the map's entries stay small (a
-/// row is ~400 bytes inline): replay keeps tens of thousands cached, and
-/// with rows inline every probe strode over them and every growth of the
-/// map moved them all (measured: a third of replay's time went to finding
-/// and inserting keys, mostly rehashing and page faults). A replaced row
-/// reuses its box.
+/// One cached row. The row is behind a pointer so the map's entries stay
+/// small (a row is ~400 bytes inline): replay keeps tens of thousands
+/// cached, and with rows inline every probe strode over them and every
+/// growth of the map moved them all (measured: a third of replay's time
+/// went to finding and inserting keys, mostly rehashing and page faults).
+/// The pointer is shared with the write-back ([`RowChange::after`]) rather
+/// than the row cloned into it; once the write-back is dropped, a replaced
+/// row reuses its allocation.
 #[derive(Debug, Clone)]
 struct Slot {
-    row: Option<Box<Row>>,
+    row: Option<Arc<Row>>,
     dirty: bool,
 }
 
@@ -84,11 +87,12 @@ pub enum Stored {
 }
 
 /// One changed row for a store to write back: `after` None deletes it.
+/// `after` is shared with the working set's cached copy.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RowChange {
     pub key: RowKey,
     pub before: Stored,
-    pub after: Option<Row>,
+    pub after: Option<Arc<Row>>,
 }
 
 impl RowChange {
@@ -97,7 +101,7 @@ impl RowChange {
         RowChange {
             key: row.key(),
             before: Stored::Unknown,
-            after: Some(row),
+            after: Some(Arc::new(row)),
         }
     }
 
@@ -174,7 +178,7 @@ impl WorkingSet {
         self.slots.insert(
             key,
             Slot {
-                row: row.map(Box::new),
+                row: row.map(Arc::new),
                 dirty: false,
             },
         );
@@ -195,9 +199,9 @@ impl WorkingSet {
     fn replace(&mut self, key: RowKey, row: Option<Row>) {
         match self.slots.get_mut(&key) {
             Some(slot) => {
-                let previous = match (slot.row.as_mut(), row) {
-                    (Some(boxed), Some(row)) => Some(std::mem::replace(&mut **boxed, row)),
-                    (_, row) => std::mem::replace(&mut slot.row, row.map(Box::new)).map(|boxed| *boxed),
+                let previous = match (slot.row.as_mut().and_then(Arc::get_mut), row) {
+                    (Some(cached), Some(row)) => Some(std::mem::replace(cached, row)),
+                    (_, row) => std::mem::replace(&mut slot.row, row.map(Arc::new)).map(Arc::unwrap_or_clone),
                 };
                 let was_dirty = std::mem::replace(&mut slot.dirty, true);
                 // A dirty slot's entry already says what the store holds.
@@ -214,7 +218,7 @@ impl WorkingSet {
                 self.slots.insert(
                     key.clone(),
                     Slot {
-                        row: row.map(Box::new),
+                        row: row.map(Arc::new),
                         dirty: true,
                     },
                 );
@@ -238,7 +242,7 @@ impl WorkingSet {
             if slot.row.as_deref().and_then(Row::parent).as_ref() == Some(parent) {
                 // The stored copy (if any) goes by cascade; nothing to write.
                 if let Some(row) = slot.row.take() {
-                    self.cascaded.push(*row);
+                    self.cascaded.push(Arc::unwrap_or_clone(row));
                 }
                 slot.dirty = false;
                 orphans.push(child_key.clone());
@@ -281,7 +285,7 @@ impl WorkingSet {
             if let Some(slot) = self.slots.get_mut(&key) {
                 if slot.dirty {
                     slot.dirty = false;
-                    let after = slot.row.as_deref().cloned();
+                    let after = slot.row.clone();
                     changes.push(RowChange { key, before, after });
                 }
             }
@@ -342,6 +346,45 @@ mod tests {
         })
     }
 
+    /// The write-back shares the cached row; a fold that changes the row
+    /// again while a write-back still holds it must leave the held copy as
+    /// it was and record the written copy as what the store holds.
+    #[test]
+    fn a_row_changed_while_its_write_back_is_held_keeps_the_held_copy() {
+        let moved = |row: Row| match row {
+            Row::Media(mut media) => {
+                media.path = "/moved".into();
+                media.version = 2;
+                Row::Media(media)
+            }
+            other => other,
+        };
+        let mut rows = WorkingSet::default();
+        rows.insert_loaded(media(1).key(), None);
+        rows.put(media(1));
+        let held = rows.take_dirty();
+        rows.put(moved(media(1)));
+        assert_eq!(
+            held[0].after.as_deref(),
+            Some(&media(1)),
+            "the held write-back is unchanged"
+        );
+        assert_eq!(rows.get(&media(1).key()), Some(&moved(media(1))));
+        let next = rows.take_dirty();
+        assert_eq!(
+            next,
+            vec![RowChange {
+                key: media(1).key(),
+                before: Stored::Present(media(1)),
+                after: Some(Arc::new(moved(media(1)))),
+            }]
+        );
+        // Once no write-back holds it, the cached row is changed in place.
+        drop((held, next));
+        rows.put(media(1));
+        assert_eq!(rows.take_dirty()[0].before, Stored::Present(moved(media(1))));
+    }
+
     #[test]
     fn put_rows_are_written_back_exactly_once() {
         let mut rows = WorkingSet::default();
@@ -354,7 +397,7 @@ mod tests {
             vec![RowChange {
                 key: media(1).key(),
                 before: Stored::Absent,
-                after: Some(media(1))
+                after: Some(Arc::new(media(1)))
             }]
         );
         assert!(
