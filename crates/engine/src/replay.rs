@@ -170,6 +170,7 @@ async fn fold_into_scratch<T: ScratchTarget>(
             events.retain(|event| event.seq <= until);
         }
         let Some(last) = events.last().map(|event| event.seq) else {
+            scratch.flush().await?;
             return Ok((position, folded));
         };
         let fold_started = Instant::now();
@@ -193,6 +194,7 @@ async fn fold_into_scratch<T: ScratchTarget>(
             rows.clear();
         }
         if complete || until.is_some_and(|until| position >= until) {
+            scratch.flush().await?;
             return Ok((position, folded));
         }
     }

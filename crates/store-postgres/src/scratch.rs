@@ -131,6 +131,11 @@ impl ScratchTarget for PostgresScratch {
         run(self.conn(), "COMMIT; BEGIN").await
     }
 
+    /// Writes here are done when `write_rows` returns: nothing is behind.
+    async fn flush(&mut self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
     async fn begin_snapshot(&mut self) -> Result<i64, StoreError> {
         // The first query after BEGIN fixes the snapshot every later read
         // of this transaction (events, live tables) sees.

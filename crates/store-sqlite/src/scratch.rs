@@ -1,6 +1,14 @@
 //! A scratch copy of every projection table in a separate file attached to
 //! a dedicated connection. Replay folds into it; `compare` checks it against
 //! the live tables inside one read snapshot of the main database.
+//!
+//! Rows are written behind: `write_rows` and `commit_chunk` hand the work
+//! to a blocking thread and return, so the fold of the next chunk overlaps
+//! the write of the last one (writing was a quarter of a replay's time, on
+//! the fold's core while the other idled). The work runs in the order it
+//! was handed over, and every other call waits for it first, so a load
+//! sees every row written before it; the first failure of a write behind
+//! is the answer of the next call.
 
 use crate::ddl::{self, Copy};
 use crate::error::map;
@@ -11,14 +19,54 @@ use opledger_store::{BoxFuture, RowDiff, RowTarget, ScratchTarget, StoreError, T
 use sqlx::SqliteConnection;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use tokio::task::JoinHandle;
 
 const SCHEMA: &str = "scratch";
 /// Differing rows shown per table; enough to read, not a flood.
 const SHOWN_DIFFERENCES: i64 = 10;
 
 pub struct SqliteScratch {
-    connection: SqliteConnection,
+    link: Link,
     file: PathBuf,
+}
+
+/// Where the scratch connection is.
+enum Link {
+    /// Here, with nothing behind.
+    Ready(SqliteConnection),
+    /// With work behind on a blocking thread, which hands it back with the
+    /// first failure of that work (None: a task panicked and the
+    /// connection went with it).
+    Behind(JoinHandle<Handed>),
+    /// Gone with a panicked task.
+    Lost,
+}
+
+type Handed = (Option<SqliteConnection>, Result<(), StoreError>);
+
+/// Work a scratch copy does behind the caller.
+enum Behind {
+    Write(Vec<RowChange>),
+    Commit,
+}
+
+impl Behind {
+    async fn run(self, connection: &mut SqliteConnection) -> Result<(), StoreError> {
+        match self {
+            Behind::Write(changes) => {
+                let order: Vec<&'static TableSpec> = all_specs()
+                    .iter()
+                    .flat_map(|spec| spec.tables.iter().copied())
+                    .collect();
+                crate::raw::write_rows(connection, &order, Copy::Scratch(SCHEMA), &changes).await
+            }
+            Behind::Commit => run(connection, "COMMIT; BEGIN").await,
+        }
+    }
+}
+
+fn lost() -> StoreError {
+    StoreError::unavailable("the scratch copy's connection was lost when its write-behind panicked")
 }
 
 /// Removes the scratch file when the scratch copy goes away, whether by
@@ -70,7 +118,63 @@ impl SqliteScratch {
             run(&mut connection, &tables_only).await?;
         }
         run(&mut connection, "BEGIN").await?;
-        Ok(SqliteScratch { connection, file })
+        Ok(SqliteScratch {
+            link: Link::Ready(connection),
+            file,
+        })
+    }
+
+    /// The connection, once all work behind has landed; the first failure
+    /// of that work is returned instead.
+    async fn connection(&mut self) -> Result<&mut SqliteConnection, StoreError> {
+        if let Link::Behind(handle) = &mut self.link {
+            let (connection, result) = match handle.await {
+                Ok(handed) => handed,
+                Err(error) => (
+                    None,
+                    Err(StoreError::unavailable(format!(
+                        "the scratch copy's write-behind stopped: {error}"
+                    ))),
+                ),
+            };
+            self.link = connection.map_or(Link::Lost, Link::Ready);
+            result?;
+        }
+        match &mut self.link {
+            Link::Ready(connection) => Ok(connection),
+            Link::Behind(_) | Link::Lost => Err(lost()),
+        }
+    }
+
+    /// Hands `work` to a blocking thread, after the work already behind;
+    /// once some work failed, what follows it is skipped.
+    fn hand_over(&mut self, work: Behind) {
+        let runtime = tokio::runtime::Handle::current();
+        let previous = std::mem::replace(&mut self.link, Link::Lost);
+        let handle = tokio::task::spawn_blocking(move || {
+            runtime.block_on(async move {
+                let (connection, result) = match previous {
+                    Link::Ready(connection) => (Some(connection), Ok(())),
+                    Link::Lost => (None, Err(lost())),
+                    Link::Behind(handle) => handle.await.unwrap_or_else(|error| {
+                        (
+                            None,
+                            Err(StoreError::unavailable(format!(
+                                "the scratch copy's write-behind stopped: {error}"
+                            ))),
+                        )
+                    }),
+                };
+                match (connection, result) {
+                    (Some(mut connection), Ok(())) => {
+                        let result = work.run(&mut connection).await;
+                        (Some(connection), result)
+                    }
+                    failed => failed,
+                }
+            })
+        });
+        self.link = Link::Behind(handle);
     }
 
     /// Rows only in `left` (by full-row comparison), keys first, limited.
@@ -83,14 +187,14 @@ impl SqliteScratch {
             name = table.name
         );
         sqlx::query_scalar::<_, String>(&sql)
-            .fetch_all(&mut self.connection)
+            .fetch_all(self.connection().await?)
             .await
             .map_err(|error| map(error, &format!("comparing {}", table.name)))
     }
 
     async fn count(&mut self, schema: &str, table: &TableSpec) -> Result<i64, StoreError> {
         sqlx::query_scalar::<_, i64>(&format!("SELECT COUNT(*) FROM {schema}.{}", table.name))
-            .fetch_one(&mut self.connection)
+            .fetch_one(self.connection().await?)
             .await
             .map_err(|error| map(error, &format!("counting {}", table.name)))
     }
@@ -98,7 +202,7 @@ impl SqliteScratch {
 
 impl RowTarget for SqliteScratch {
     async fn load_rows(&mut self, table: &'static TableSpec, keys: &[String]) -> Result<Vec<Row>, StoreError> {
-        rows::load(&mut self.connection, table, Copy::Scratch(SCHEMA), keys).await
+        rows::load(self.connection().await?, table, Copy::Scratch(SCHEMA), keys).await
     }
 
     async fn load_rows_where(
@@ -108,33 +212,45 @@ impl RowTarget for SqliteScratch {
         value: &Cell,
     ) -> Result<Vec<Row>, StoreError> {
         let filters = [(column, value.clone())];
-        rows::find(&mut self.connection, table, Copy::Scratch(SCHEMA), &filters, usize::MAX).await
+        rows::find(
+            self.connection().await?,
+            table,
+            Copy::Scratch(SCHEMA),
+            &filters,
+            usize::MAX,
+        )
+        .await
     }
 
+    /// Written behind (see the module documentation): a failure is the
+    /// answer of a later call.
     async fn write_rows(&mut self, changes: &[RowChange]) -> Result<(), StoreError> {
-        let order: Vec<&'static TableSpec> = all_specs()
-            .iter()
-            .flat_map(|spec| spec.tables.iter().copied())
-            .collect();
-        crate::raw::write_rows(&mut self.connection, &order, Copy::Scratch(SCHEMA), changes).await
+        self.hand_over(Behind::Write(changes.to_vec()));
+        Ok(())
     }
 }
 
 impl ScratchTarget for SqliteScratch {
     async fn read_events(&mut self, after: i64, limit: usize) -> Result<Vec<EventEnvelope>, StoreError> {
-        rows::read_events(&mut self.connection, after, limit).await
+        rows::read_events(self.connection().await?, after, limit).await
     }
 
+    /// Committed behind, after the writes before it.
     async fn commit_chunk(&mut self) -> Result<(), StoreError> {
-        run(&mut self.connection, "COMMIT; BEGIN").await
+        self.hand_over(Behind::Commit);
+        Ok(())
+    }
+
+    async fn flush(&mut self) -> Result<(), StoreError> {
+        self.connection().await.map(|_| ())
     }
 
     async fn begin_snapshot(&mut self) -> Result<i64, StoreError> {
-        run(&mut self.connection, "COMMIT; BEGIN").await?;
+        run(self.connection().await?, "COMMIT; BEGIN").await?;
         // The first read of main in this transaction fixes its snapshot.
         let positions: Vec<(String, i64)> =
             sqlx::query_as("SELECT name, position FROM main.projection_positions ORDER BY name")
-                .fetch_all(&mut self.connection)
+                .fetch_all(self.connection().await?)
                 .await
                 .map_err(|error| map(error, "reading projection positions"))?;
         let live: Vec<&(String, i64)> = positions
@@ -166,8 +282,9 @@ impl ScratchTarget for SqliteScratch {
                 if keys.is_empty() && live_rows == replayed_rows {
                     continue;
                 }
-                let live = rows::load(&mut self.connection, table, Copy::Live, &keys).await?;
-                let replayed = rows::load(&mut self.connection, table, Copy::Scratch(SCHEMA), &keys).await?;
+                let connection = self.connection().await?;
+                let live = rows::load(&mut *connection, table, Copy::Live, &keys).await?;
+                let replayed = rows::load(connection, table, Copy::Scratch(SCHEMA), &keys).await?;
                 let find =
                     |rows: &[Row], key: &str| rows.iter().find(|row| row.key().key == key).map(|row| row.to_cells());
                 let shown = keys
@@ -189,11 +306,16 @@ impl ScratchTarget for SqliteScratch {
         Ok(diffs)
     }
 
+    /// Reports a failure of work still behind, after removing the copy.
     async fn discard(mut self) -> Result<(), StoreError> {
-        let _ = run(&mut self.connection, "ROLLBACK").await;
-        let detached = run(&mut self.connection, "DETACH DATABASE scratch").await;
-        let _remove = RemoveOnDrop(self.file);
-        crate::close_quietly(self.connection).await;
-        detached
+        let _remove = RemoveOnDrop(self.file.clone());
+        let behind = self.connection().await.map(|_| ());
+        let Link::Ready(mut connection) = std::mem::replace(&mut self.link, Link::Lost) else {
+            return behind;
+        };
+        let _ = run(&mut connection, "ROLLBACK").await;
+        let detached = run(&mut connection, "DETACH DATABASE scratch").await;
+        crate::close_quietly(connection).await;
+        behind.and(detached)
     }
 }

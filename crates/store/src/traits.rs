@@ -270,7 +270,17 @@ pub trait ScratchTarget: RowTarget {
     ) -> impl Future<Output = Result<Vec<EventEnvelope>, StoreError>> + Send;
 
     /// Makes the rows written so far durable in the scratch copy.
+    ///
+    /// A scratch copy may write behind: `write_rows` and `commit_chunk` may
+    /// return before the work is done. Such work runs in the order it was
+    /// handed over, every other call waits for it first (a load sees every
+    /// row written before it), and its first failure is the answer of the
+    /// next call.
     fn commit_chunk(&mut self) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Waits until every write and commit handed over so far is done, and
+    /// reports the first that failed.
+    fn flush(&mut self) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// Starts a consistent read of the live tables and returns the position
     /// they are at (every live projection must agree). Until `compare`
