@@ -467,11 +467,7 @@ async fn load_batch<T: WriteTx>(
     batch_id: BatchId,
 ) -> Result<(BatchRow, Vec<BatchItemRow>), EngineError> {
     let key = batch_key(batch_id);
-    let batch = match tx
-        .load_rows(&BATCHES_TABLE, std::slice::from_ref(&key.key))
-        .await?
-        .pop()
-    {
+    let batch = match tx.load_rows(&BATCHES_TABLE, &[key.key.to_string()]).await?.pop() {
         Some(Row::Batch(batch)) => batch,
         _ => return Err(EngineError::not_found("batch", batch_id)),
     };
@@ -508,7 +504,7 @@ async fn load_operations<T: WriteTx>(
         .iter()
         .map(|id| operation_key(*id))
         .filter(|key| !rows.is_known(key))
-        .map(|key| key.key)
+        .map(|key| key.key.to_string())
         .collect::<BTreeSet<_>>()
         .into_iter()
         .collect();

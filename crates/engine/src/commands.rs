@@ -128,7 +128,7 @@ async fn load_operation<T: WriteTx>(
     operation_id: OperationId,
 ) -> Result<OperationRow, EngineError> {
     let key = operation_key(operation_id);
-    let loaded = tx.load_rows(&OPERATIONS_TABLE, std::slice::from_ref(&key.key)).await?;
+    let loaded = tx.load_rows(&OPERATIONS_TABLE, &[key.key.to_string()]).await?;
     match loaded.into_iter().next() {
         Some(Row::Operation(row)) => {
             rows.insert_loaded(key, Some(Row::Operation(row.clone())));
@@ -140,7 +140,7 @@ async fn load_operation<T: WriteTx>(
 
 async fn load_media<T: WriteTx>(tx: &mut T, rows: &mut WorkingSet, media_id: MediaId) -> Result<MediaRow, EngineError> {
     let key = media_key(media_id);
-    let loaded = tx.load_rows(&MEDIA_TABLE, std::slice::from_ref(&key.key)).await?;
+    let loaded = tx.load_rows(&MEDIA_TABLE, &[key.key.to_string()]).await?;
     match loaded.into_iter().next() {
         Some(Row::Media(row)) => {
             rows.insert_loaded(key, Some(Row::Media(row.clone())));
@@ -310,7 +310,7 @@ impl<S: Store> Engine<S> {
                     let media = load_media(tx, &mut rows, media_id).await?;
                     if let Some(region_id) = region_id {
                         let key = region_key(region_id);
-                        let loaded = tx.load_rows(&REGIONS_TABLE, std::slice::from_ref(&key.key)).await?;
+                        let loaded = tx.load_rows(&REGIONS_TABLE, &[key.key.to_string()]).await?;
                         match loaded.into_iter().next() {
                             Some(Row::Region(region)) if region.media_id == media_id => {
                                 rows.insert_loaded(key, Some(Row::Region(region)));
@@ -395,7 +395,7 @@ impl<S: Store> Engine<S> {
                     }
                     if let Some(region_id) = operation.target.region_id {
                         let key = region_key(region_id);
-                        let loaded = tx.load_rows(&REGIONS_TABLE, std::slice::from_ref(&key.key)).await?;
+                        let loaded = tx.load_rows(&REGIONS_TABLE, &[key.key.to_string()]).await?;
                         if loaded.is_empty() {
                             return Err(EngineError::not_found("region", region_id));
                         }

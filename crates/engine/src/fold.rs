@@ -4,7 +4,9 @@
 //! disagree about what an event does.
 
 use crate::error::EngineError;
-use opledger_domain::projections::{rows_owned_by, table_by_name, Projector, RowKey, RowQuery, WorkingSet};
+use opledger_domain::projections::{
+    rows_owned_by, table_by_name, Key, Projector, RowKey, RowQuery, TableSpec, WorkingSet,
+};
 use opledger_domain::EventEnvelope;
 use opledger_store::{RowTarget, StoreError};
 use std::collections::{BTreeMap, BTreeSet};
@@ -35,10 +37,22 @@ pub async fn fold_events<T: RowTarget>(
                 }
             }
         }
+        // Only keys the working set does not know are kept: a chunk names
+        // about eight rows per event, nearly all known, and collecting them
+        // all first grew a vector of tens of thousands of keys per chunk.
+        let start = keys.len();
         for projector in projectors {
             projector.keys(event, &mut keys);
             projector.queries(event, &mut queries);
         }
+        let mut kept = start;
+        for index in start..keys.len() {
+            if !rows.is_known(&keys[index]) {
+                keys.swap(kept, index);
+                kept += 1;
+            }
+        }
+        keys.truncate(kept);
     }
     // Rows found by query join the cache unless it already knows them: a
     // cached row may be newer than its stored copy (changed earlier in this
@@ -51,7 +65,7 @@ pub async fn fold_events<T: RowTarget>(
             }
         }
     }
-    let mut missing: BTreeMap<&'static str, BTreeSet<String>> = BTreeMap::new();
+    let mut missing: BTreeMap<&'static str, BTreeSet<Key>> = BTreeMap::new();
     for key in keys {
         if !rows.is_known(&key) {
             missing.entry(key.table).or_default().insert(key.key);
@@ -61,11 +75,15 @@ pub async fn fold_events<T: RowTarget>(
     for (table_name, keys) in missing {
         let table = table_by_name(table_name)
             .ok_or_else(|| StoreError::corrupt(format!("a fold named unknown table {table_name}")))?;
-        requests.push((table, keys.into_iter().collect::<Vec<String>>()));
+        requests.push((table, keys));
     }
     if !requests.is_empty() {
+        let texts: Vec<(&'static TableSpec, Vec<String>)> = requests
+            .iter()
+            .map(|(table, keys)| (*table, keys.iter().map(Key::to_string).collect()))
+            .collect();
         // Every table at once: one round trip where a statement is one.
-        let loaded = target.load_rows_of_tables(&requests).await?;
+        let loaded = target.load_rows_of_tables(&texts).await?;
         for (table, keys) in requests {
             for key in keys {
                 rows.insert_loaded(RowKey { table: table.name, key }, None);

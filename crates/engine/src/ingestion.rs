@@ -248,7 +248,10 @@ impl<S: Store> Engine<S> {
                             stage: IngestionStage::Settling,
                         });
                     }
-                    let keys: Vec<String> = resumed.iter().map(|(id, _)| operation_key(*id).key).collect();
+                    let keys: Vec<String> = resumed
+                        .iter()
+                        .map(|(id, _)| operation_key(*id).key.to_string())
+                        .collect();
                     let loaded = if keys.is_empty() {
                         Vec::new()
                     } else {
@@ -380,7 +383,7 @@ impl<S: Store> Engine<S> {
                     let media_keys: Vec<String> = planned
                         .iter()
                         .filter(|(_, _, new_media)| !*new_media)
-                        .map(|(_, media_id, _)| media_key(*media_id).key)
+                        .map(|(_, media_id, _)| media_key(*media_id).key.to_string())
                         .collect();
                     let media: BTreeMap<MediaId, MediaRow> = if media_keys.is_empty() {
                         BTreeMap::new()
@@ -666,7 +669,7 @@ async fn load_ingestions<T: WriteTx>(tx: &mut T, ids: &[OperationId]) -> Result<
     if ids.is_empty() {
         return Ok(Vec::new());
     }
-    let keys: Vec<String> = ids.iter().map(|id| operation_key(*id).key).collect();
+    let keys: Vec<String> = ids.iter().map(|id| operation_key(*id).key.to_string()).collect();
     Ok(tx
         .load_rows(&OPERATIONS_TABLE, &keys)
         .await?

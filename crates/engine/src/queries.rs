@@ -204,7 +204,7 @@ impl<S: Store> Engine<S> {
     pub async fn media(&self, media_id: MediaId) -> Result<MediaRow, EngineError> {
         match self
             .store
-            .load_rows(&MEDIA_TABLE, &[media_key(media_id).key])
+            .load_rows(&MEDIA_TABLE, &[media_key(media_id).key.to_string()])
             .await?
             .into_iter()
             .next()
@@ -219,7 +219,7 @@ impl<S: Store> Engine<S> {
         let key = operation_key(operation_id);
         match self
             .store
-            .load_rows(&OPERATIONS_TABLE, &[key.key])
+            .load_rows(&OPERATIONS_TABLE, &[key.key.to_string()])
             .await?
             .into_iter()
             .next()

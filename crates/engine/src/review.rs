@@ -267,11 +267,7 @@ async fn load_operation_row<T: WriteTx>(
     operation_id: opledger_domain::OperationId,
 ) -> Result<OperationRow, EngineError> {
     let key = operation_key(operation_id);
-    match tx
-        .load_rows(&OPERATIONS_TABLE, std::slice::from_ref(&key.key))
-        .await?
-        .pop()
-    {
+    match tx.load_rows(&OPERATIONS_TABLE, &[key.key.to_string()]).await?.pop() {
         Some(Row::Operation(operation)) => {
             rows.insert_loaded(key, Some(Row::Operation(operation.clone())));
             Ok(operation)

@@ -247,7 +247,7 @@ async fn load_states<T: WriteTx>(
             .iter()
             .map(|operation_id| state_key(target_type, *operation_id))
             .filter(|key| !rows.is_known(key))
-            .map(|key| key.key)
+            .map(|key| key.key.to_string())
             .collect();
         if keys.is_empty() {
             continue;
@@ -282,9 +282,7 @@ async fn load_state<T: WriteTx>(
             }
             continue;
         }
-        let loaded = tx
-            .load_rows(state_table(target_type), std::slice::from_ref(&key.key))
-            .await?;
+        let loaded = tx.load_rows(state_table(target_type), &[key.key.to_string()]).await?;
         match loaded.into_iter().next() {
             Some(Row::ProcessingState(row)) => {
                 rows.insert_loaded(key, Some(Row::ProcessingState(row.clone())));
@@ -777,7 +775,7 @@ impl<S: Store> Engine<S> {
             let key = state_key(target_type, lease.operation_id);
             let found = self
                 .store
-                .load_rows(state_table(target_type), std::slice::from_ref(&key.key))
+                .load_rows(state_table(target_type), &[key.key.to_string()])
                 .await?;
             if let Some(Row::ProcessingState(state)) = found.into_iter().next() {
                 work::check_fence(&state, fence)?;
@@ -1287,7 +1285,7 @@ impl<S: Store> Engine<S> {
             let key = state_key(target_type, operation_id);
             let found = self
                 .store
-                .load_rows(state_table(target_type), std::slice::from_ref(&key.key))
+                .load_rows(state_table(target_type), &[key.key.to_string()])
                 .await?;
             if let Some(Row::ProcessingState(state)) = found.into_iter().next() {
                 return self.view(state).await.map(Some);

@@ -855,7 +855,7 @@ impl World {
     async fn media_row(&self, media_id: MediaId) -> Result<Option<MediaRow>, TestCaseError> {
         let rows = self
             .store()
-            .load_rows(&MEDIA_TABLE, &[media_key(media_id).key])
+            .load_rows(&MEDIA_TABLE, &[media_key(media_id).key.to_string()])
             .await
             .or_fail("load media")?;
         Ok(rows.into_iter().find_map(|row| match row {
@@ -867,7 +867,7 @@ impl World {
     async fn region_row(&self, region_id: RegionId) -> Result<Option<RegionRow>, TestCaseError> {
         let rows = self
             .store()
-            .load_rows(&REGIONS_TABLE, &[region_key(region_id).key])
+            .load_rows(&REGIONS_TABLE, &[region_key(region_id).key.to_string()])
             .await
             .or_fail("load region")?;
         Ok(rows.into_iter().find_map(|row| match row {
@@ -879,7 +879,7 @@ impl World {
     async fn operation_row(&self, operation_id: OperationId) -> Result<Option<OperationRow>, TestCaseError> {
         let rows = self
             .store()
-            .load_rows(&OPERATIONS_TABLE, &[operation_key(operation_id).key])
+            .load_rows(&OPERATIONS_TABLE, &[operation_key(operation_id).key.to_string()])
             .await
             .or_fail("load operation")?;
         Ok(rows.into_iter().find_map(|row| match row {

@@ -12,7 +12,7 @@ use crate::ddl::{self, Copy};
 use crate::error::map;
 use chrono::{DateTime, Utc};
 use opledger_domain::events::Event;
-use opledger_domain::projections::{Cell, ColumnType, Row, RowChange, TableSpec};
+use opledger_domain::projections::{Cell, ColumnType, Key, Row, RowChange, TableSpec};
 use opledger_domain::{EventEnvelope, StreamId, Timestamp};
 use opledger_store::StoreError;
 use sqlx::postgres::{PgArguments, PgRow};
@@ -452,23 +452,24 @@ pub(crate) fn push_row_changes(
     changes: &[RowChange],
 ) -> Result<(), StoreError> {
     for table in table_order {
-        let mut last: BTreeMap<&str, Option<&Row>> = BTreeMap::new();
+        let mut last: BTreeMap<&Key, Option<&Row>> = BTreeMap::new();
         for change in changes.iter().filter(|change| change.key.table == table.name) {
-            last.insert(change.key.key.as_str(), change.after.as_deref());
+            last.insert(&change.key.key, change.after.as_deref());
         }
         if last.is_empty() {
             continue;
         }
         let upserts: Vec<&Row> = last.values().filter_map(|row| *row).collect();
-        let deletes: Vec<&str> = last
+        let deletes: Vec<String> = last
             .iter()
             .filter(|(_, row)| row.is_none())
-            .map(|(key, _)| *key)
+            .map(|(key, _)| key.to_string())
             .collect();
         if !upserts.is_empty() {
             push_upsert(statement, table, copy, &upserts)?;
         }
         if !deletes.is_empty() {
+            let deletes: Vec<&str> = deletes.iter().map(String::as_str).collect();
             push_delete(statement, table, copy, &deletes);
         }
     }

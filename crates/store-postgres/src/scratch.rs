@@ -179,8 +179,11 @@ impl ScratchTarget for PostgresScratch {
                 let schema = self.schema.clone();
                 let live = rows::load(self.conn(), table, Copy::Live, &keys).await?;
                 let replayed = rows::load(self.conn(), table, Copy::Scratch(&schema), &keys).await?;
-                let find =
-                    |rows: &[Row], key: &str| rows.iter().find(|row| row.key().key == key).map(|row| row.to_cells());
+                let find = |rows: &[Row], key: &str| {
+                    rows.iter()
+                        .find(|row| row.key().key.to_string() == key)
+                        .map(|row| row.to_cells())
+                };
                 let shown = keys
                     .iter()
                     .map(|key| RowDiff {

@@ -11,7 +11,7 @@ use crate::ddl::Copy;
 use crate::error::map_direct;
 use crate::rows::{self, StoredEvent, MAX_PARAMS};
 use crate::work::{self, StoredLease};
-use opledger_domain::projections::{Cell, ColumnType, Row, RowChange, TableSpec};
+use opledger_domain::projections::{Cell, ColumnType, Key, Row, RowChange, TableSpec};
 use opledger_domain::{EventEnvelope, Timestamp};
 use opledger_store::{ClaimQuery, Lease, StoreError};
 use rusqlite::types::{Null, ValueRef};
@@ -312,7 +312,7 @@ fn update_columns(
     connection: &Connection,
     table: &'static TableSpec,
     copy: Copy<'_>,
-    key: &str,
+    key: &Key,
     changed: &[(usize, Cell)],
 ) -> Result<usize, StoreError> {
     // The context is formatted only on failure: this runs for most rows a

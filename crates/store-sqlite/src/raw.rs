@@ -156,7 +156,7 @@ pub async fn write_rows(
             let mut deletes = changes
                 .iter()
                 .filter(|change| change.key.table == table.name && change.after.is_none())
-                .map(|change| vec![Cell::Text(change.key.key.clone())])
+                .map(|change| vec![Cell::Text(change.key.key.to_string())])
                 .peekable();
             if deletes.peek().is_none() {
                 continue;

@@ -85,7 +85,7 @@ pub(crate) fn key_column(table: &TableSpec) -> &'static str {
 }
 
 /// Binds a key given as text in the key column's stored form.
-pub(crate) fn key_cell(table: &TableSpec, key: &str) -> Cell {
+pub(crate) fn key_cell(table: &TableSpec, key: impl std::fmt::Display) -> Cell {
     Cell::Text(match table.columns[0].ty {
         // UUID keys are stored hyphenated lower-case, which is how RowKey renders them.
         ColumnType::Uuid | ColumnType::Text => key.to_string(),

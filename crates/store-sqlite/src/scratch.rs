@@ -285,8 +285,11 @@ impl ScratchTarget for SqliteScratch {
                 let connection = self.connection().await?;
                 let live = rows::load(&mut *connection, table, Copy::Live, &keys).await?;
                 let replayed = rows::load(connection, table, Copy::Scratch(SCHEMA), &keys).await?;
-                let find =
-                    |rows: &[Row], key: &str| rows.iter().find(|row| row.key().key == key).map(|row| row.to_cells());
+                let find = |rows: &[Row], key: &str| {
+                    rows.iter()
+                        .find(|row| row.key().key.to_string() == key)
+                        .map(|row| row.to_cells())
+                };
                 let shown = keys
                     .iter()
                     .map(|key| RowDiff {

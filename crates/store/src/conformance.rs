@@ -1060,8 +1060,8 @@ pub async fn rows_loaded_from_several_tables_at_once_equal_rows_loaded_table_by_
         let key = row.key();
         let table = row.table();
         match requests.iter_mut().find(|(known, _)| known.name == table.name) {
-            Some((_, keys)) => keys.push(key.key),
-            None => requests.push((table, vec![key.key])),
+            Some((_, keys)) => keys.push(key.key.to_string()),
+            None => requests.push((table, vec![key.key.to_string()])),
         }
     }
     // A key that names no row is simply missing from the answer.
@@ -1153,7 +1153,7 @@ pub async fn scratch_loads_see_every_row_written_before_them<H: Harness>(harness
     let store = harness.open().await;
     let mut scratch = store.open_scratch().await.expect("open scratch");
     let items: Vec<MediaId> = (1..=50).map(media).collect();
-    let key = |item: &MediaId| Row::Media(media_row(*item)).key().key;
+    let key = |item: &MediaId| Row::Media(media_row(*item)).key().key.to_string();
     for round in 0..20 {
         // Each round rewrites every row with a new path, then deletes one.
         let changes: Vec<RowChange> = items

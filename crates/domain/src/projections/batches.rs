@@ -9,7 +9,7 @@
 //! shared activity predicate (`crate::batches::is_active`).
 
 use super::cells::{text_or_null, timestamp_or_null, Cell, CellReader, ColumnSpec, ColumnType, MapError, TableSpec};
-use super::working_set::{RowKey, WorkingSet};
+use super::working_set::{Key, RowKey, WorkingSet};
 use super::{ProjectionSpec, Projector, Row};
 use crate::batches::{batch_status, BatchProgress, BatchStatus, ItemOutcome};
 use crate::envelope::EventEnvelope;
@@ -217,7 +217,7 @@ pub fn batch_key(batch_id: BatchId) -> RowKey {
 }
 
 pub fn batch_item_key(batch_id: BatchId, operation_id: OperationId) -> RowKey {
-    RowKey::new(&BATCH_ITEMS_TABLE, batch_item_id(batch_id, operation_id))
+    RowKey::new(&BATCH_ITEMS_TABLE, Key::Pair(batch_id.0, operation_id.0))
 }
 
 /// Folds batch events into `batches` and `batch_items`.

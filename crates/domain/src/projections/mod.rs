@@ -44,7 +44,7 @@ pub use processing_states::{
     REGION_STATES_TABLE,
 };
 pub use review_queue::{review_key, ReviewQueue, ReviewRow, REVIEW_QUEUE, REVIEW_TABLE};
-pub use working_set::{RowChange, RowKey, RowQuery, Stored, WorkingSet};
+pub use working_set::{Key, RowChange, RowKey, RowQuery, Stored, WorkingSet};
 
 use crate::envelope::EventEnvelope;
 use crate::error::FoldError;
@@ -245,15 +245,16 @@ pub fn table_by_name(name: &str) -> Option<&'static TableSpec> {
 pub fn rows_owned_by(stream: &crate::envelope::StreamId, owned: &mut Vec<RowKey>) {
     let text = stream.as_str();
     if let Some(id) = text.strip_prefix("media-") {
-        owned.push(RowKey::new(&MEDIA_TABLE, id.to_string()));
+        owned.push(RowKey::new(&MEDIA_TABLE, Key::from_text(id)));
     } else if let Some(id) = text.strip_prefix("operation-") {
-        owned.push(RowKey::new(&OPERATIONS_TABLE, id.to_string()));
-        owned.push(RowKey::new(&MEDIA_STATES_TABLE, id.to_string()));
-        owned.push(RowKey::new(&REGION_STATES_TABLE, id.to_string()));
-        owned.push(RowKey::new(&CAPABILITY_STATES_TABLE, id.to_string()));
-        owned.push(RowKey::new(&REVIEW_TABLE, id.to_string()));
+        let key = Key::from_text(id);
+        owned.push(RowKey::new(&OPERATIONS_TABLE, key.clone()));
+        owned.push(RowKey::new(&MEDIA_STATES_TABLE, key.clone()));
+        owned.push(RowKey::new(&REGION_STATES_TABLE, key.clone()));
+        owned.push(RowKey::new(&CAPABILITY_STATES_TABLE, key.clone()));
+        owned.push(RowKey::new(&REVIEW_TABLE, key));
     } else if let Some(id) = text.strip_prefix("batch-") {
-        owned.push(RowKey::new(&BATCHES_TABLE, id.to_string()));
+        owned.push(RowKey::new(&BATCHES_TABLE, Key::from_text(id)));
     }
 }
 

@@ -3,25 +3,104 @@
 use super::cells::{Cell, TableSpec};
 use super::Row;
 use std::collections::BTreeMap;
+use std::fmt;
 use std::sync::Arc;
+use uuid::Uuid;
 
 /// The slots by key. A hash map, because a fold looks rows up several times
 /// per event and replay keeps up to 25,000 rows cached: a B-tree lookup
-/// compares 36-character keys with long common prefixes a dozen times
-/// (profiled: a third of replay's time went to those comparisons). The
-/// hasher has fixed keys, so the same history gives the same map in every
-/// process, and nothing reads the map in its own order: the write-back goes
-/// by the sorted dirty set, and `rows` and `take_removed_with` sort. The
-/// hasher is foldhash's with its fixed seed (`FixedState`, never its
-/// `RandomState`): SipHash of a 36-character key was 8% of replay.
+/// compares keys a dozen times (profiled, with text keys: a third of
+/// replay's time went to those comparisons). The hasher has fixed keys, so
+/// the same history gives the same map in every process, and nothing reads
+/// the map in its own order: the write-back goes by the sorted dirty set,
+/// and `rows` and `take_removed_with` sort. The hasher is foldhash's with
+/// its fixed seed (`FixedState`, never its `RandomState`): SipHash of a
+/// 36-character text key was 8% of replay.
 #[allow(clippy::disallowed_types)]
 type SlotMap = std::collections::HashMap<RowKey, Slot, foldhash::fast::FixedState>;
 
-/// Names one row: its table and its primary key rendered as text.
-#[derive(Debug, Clone, Eq, PartialOrd, Ord)]
+/// Names one row: its table and its primary key.
+#[derive(Debug, Clone, Eq)]
 pub struct RowKey {
     pub table: &'static str,
-    pub key: String,
+    pub key: Key,
+}
+
+/// A row's primary key, held in the form cheapest to hash and compare. A
+/// fold builds and looks up several keys per event, and nearly all are one
+/// UUID (an id) or two (a batch item): as 36-character text each was an
+/// allocation, a format and a hash and compare of 36 bytes, about a third
+/// of replay's fold. [`fmt::Display`] renders the text the key column
+/// stores, and [`Key::from_text`] gives back the same key for that text,
+/// so a key built from a row's fields and one read back from a store are
+/// equal exactly when their texts are. Within one table every key has the
+/// same shape, and each shape orders as its text does.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Key {
+    /// One UUID, stored hyphenated lower-case.
+    Id(Uuid),
+    /// Two UUIDs, stored as `<first>/<second>`.
+    Pair(Uuid, Uuid),
+    /// Any other text (the names of counts rows).
+    Name(Box<str>),
+}
+
+const UUID_TEXT: usize = 36;
+
+/// The UUID whose canonical text (hyphenated lower-case) is exactly `text`.
+fn canonical_uuid(text: &str) -> Option<Uuid> {
+    if text.len() != UUID_TEXT {
+        return None;
+    }
+    let uuid = Uuid::try_parse(text).ok()?;
+    let mut buffer = Uuid::encode_buffer();
+    (uuid.hyphenated().encode_lower(&mut buffer) == text).then_some(uuid)
+}
+
+impl Key {
+    /// The key whose stored text is `text`.
+    pub fn from_text(text: &str) -> Key {
+        if let Some(uuid) = canonical_uuid(text) {
+            return Key::Id(uuid);
+        }
+        if text.len() == 2 * UUID_TEXT + 1 && text.as_bytes()[UUID_TEXT] == b'/' {
+            if let (Some(first), Some(second)) = (
+                canonical_uuid(&text[..UUID_TEXT]),
+                canonical_uuid(&text[UUID_TEXT + 1..]),
+            ) {
+                return Key::Pair(first, second);
+            }
+        }
+        Key::Name(text.into())
+    }
+}
+
+impl fmt::Display for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Key::Id(uuid) => uuid.hyphenated().fmt(f),
+            Key::Pair(first, second) => write!(f, "{}/{}", first.hyphenated(), second.hyphenated()),
+            Key::Name(name) => f.write_str(name),
+        }
+    }
+}
+
+impl From<Uuid> for Key {
+    fn from(uuid: Uuid) -> Self {
+        Key::Id(uuid)
+    }
+}
+
+impl From<&str> for Key {
+    fn from(text: &str) -> Self {
+        Key::from_text(text)
+    }
+}
+
+impl From<String> for Key {
+    fn from(text: String) -> Self {
+        Key::from_text(&text)
+    }
 }
 
 /// Equal when table and key are; a table name is almost always the same
@@ -30,6 +109,24 @@ pub struct RowKey {
 impl PartialEq for RowKey {
     fn eq(&self, other: &Self) -> bool {
         (std::ptr::eq(self.table, other.table) || self.table == other.table) && self.key == other.key
+    }
+}
+
+/// By table name, then key; names that are the same `&'static str` skip
+/// comparing their bytes (the dirty set is a B-tree of keys).
+impl Ord for RowKey {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        if std::ptr::eq(self.table, other.table) {
+            self.key.cmp(&other.key)
+        } else {
+            self.table.cmp(other.table).then_with(|| self.key.cmp(&other.key))
+        }
+    }
+}
+
+impl PartialOrd for RowKey {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
     }
 }
 
@@ -42,8 +139,11 @@ impl std::hash::Hash for RowKey {
 }
 
 impl RowKey {
-    pub fn new(table: &'static TableSpec, key: String) -> Self {
-        RowKey { table: table.name, key }
+    pub fn new(table: &'static TableSpec, key: impl Into<Key>) -> Self {
+        RowKey {
+            table: table.name,
+            key: key.into(),
+        }
     }
 }
 
@@ -504,5 +604,66 @@ mod tests {
                 .is_empty(),
             "a write-back forgets what was cascaded"
         );
+    }
+}
+
+#[cfg(test)]
+mod key_tests {
+    use super::Key;
+    use proptest::prelude::*;
+    use uuid::Uuid;
+
+    fn text(uuid: Uuid) -> String {
+        uuid.hyphenated().to_string()
+    }
+
+    #[test]
+    fn only_canonical_uuid_text_becomes_an_id() {
+        let uuid = Uuid::from_u128(0x0192_a3b4_c5d6_7e8f_9012_3456_789a_bcde);
+        assert_eq!(Key::from_text(&text(uuid)), Key::Id(uuid));
+        // Other spellings of the same UUID are other texts, so other keys,
+        // as they were when keys were strings.
+        for other in [
+            text(uuid).to_uppercase(),
+            uuid.simple().to_string(),
+            format!("{{{}}}", text(uuid)),
+            uuid.urn().to_string(),
+        ] {
+            let key = Key::from_text(&other);
+            assert!(matches!(key, Key::Name(_)), "{other} became {key:?}");
+            assert_eq!(key.to_string(), other);
+        }
+        let pair = format!("{}/{}", text(uuid), text(Uuid::nil()));
+        assert_eq!(Key::from_text(&pair), Key::Pair(uuid, Uuid::nil()));
+        assert!(matches!(Key::from_text(&pair.to_uppercase()), Key::Name(_)));
+        assert!(matches!(Key::from_text(&pair.replace('/', ":")), Key::Name(_)));
+        assert_eq!(Key::from_text("by_status"), Key::Name("by_status".into()));
+        assert_eq!(Key::from_text(""), Key::Name("".into()));
+    }
+
+    proptest! {
+        /// A key renders the text it was read from, and keys of one shape
+        /// order and compare as their texts do, so the write-back order and
+        /// every lookup are what they were with text keys.
+        #[test]
+        fn keys_round_trip_and_order_as_their_text(
+            a in any::<u128>(), b in any::<u128>(), c in any::<u128>(), d in any::<u128>(),
+            name_a in "[a-z_:0-9-]{0,40}", name_b in "[a-z_:0-9-]{0,40}",
+        ) {
+            let (a, b, c, d) = (Uuid::from_u128(a), Uuid::from_u128(b), Uuid::from_u128(c), Uuid::from_u128(d));
+            let shapes = [
+                (text(a), text(b)),
+                (format!("{}/{}", text(a), text(b)), format!("{}/{}", text(c), text(d))),
+                (format!("{}/{}", text(a), text(b)), format!("{}/{}", text(a), text(d))),
+                (name_a.clone(), name_b.clone()),
+            ];
+            for (left, right) in shapes {
+                let (left_key, right_key) = (Key::from_text(&left), Key::from_text(&right));
+                prop_assert_eq!(left_key.to_string(), left.clone());
+                prop_assert_eq!(right_key.to_string(), right.clone());
+                prop_assert_eq!(left_key.cmp(&right_key), left.cmp(&right));
+                prop_assert_eq!(left_key == right_key, left == right);
+            }
+        }
     }
 }
