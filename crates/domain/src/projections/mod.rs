@@ -129,7 +129,7 @@ impl Row {
             Row::Batch(row) => batch_key(row.batch_id),
             Row::BatchItem(row) => batch_item_key(row.batch_id, row.operation_id),
             Row::Review(row) => review_key(row.operation_id),
-            Row::Counts(row) => counts_key(row.table, &row.name),
+            Row::Counts(row) => RowKey::new(row.table, Key::from_text(&row.name)),
         }
     }
 

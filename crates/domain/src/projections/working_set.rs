@@ -2,7 +2,7 @@
 
 use super::cells::{Cell, TableSpec};
 use super::Row;
-use std::collections::BTreeMap;
+use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 use uuid::Uuid;
@@ -41,8 +41,8 @@ pub enum Key {
     Id(Uuid),
     /// Two UUIDs, stored as `<first>/<second>`.
     Pair(Uuid, Uuid),
-    /// Any other text (the names of counts rows).
-    Name(Box<str>),
+    /// Any other text (the names of counts rows, mostly constants).
+    Name(Cow<'static, str>),
 }
 
 const UUID_TEXT: usize = 36;
@@ -71,7 +71,7 @@ impl Key {
                 return Key::Pair(first, second);
             }
         }
-        Key::Name(text.into())
+        Key::Name(Cow::Owned(text.to_string()))
     }
 }
 
@@ -113,7 +113,7 @@ impl PartialEq for RowKey {
 }
 
 /// By table name, then key; names that are the same `&'static str` skip
-/// comparing their bytes (the dirty set is a B-tree of keys).
+/// comparing their bytes (the write-back sorts the dirty keys).
 impl Ord for RowKey {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
         if std::ptr::eq(self.table, other.table) {
@@ -130,10 +130,14 @@ impl PartialOrd for RowKey {
     }
 }
 
-/// By content, as equality compares (the address is only a shortcut).
+/// Consistent with equality, which compares names by content: equal names
+/// have equal lengths and first bytes. Hashing those instead of the whole
+/// name keeps the tables apart well enough (one UUID keys five tables'
+/// rows) at a fraction of the cost; equality sorts out the rest.
 impl std::hash::Hash for RowKey {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.table.hash(state);
+        let first = self.table.as_bytes().first().copied().unwrap_or(0);
+        state.write_usize(self.table.len() << 8 | usize::from(first));
         self.key.hash(state);
     }
 }
@@ -242,13 +246,16 @@ impl RowChange {
 #[derive(Debug, Clone, Default)]
 pub struct WorkingSet {
     slots: SlotMap,
-    /// The keys of dirty slots, so writing back costs the changes, not the
-    /// size of the cache (replay keeps up to 25,000 rows cached), each with
-    /// what the store held before the slot was dirtied, so the write-back
-    /// can touch only the columns that changed. Kept here rather than in
-    /// the slots: only dirty rows pay for the second copy (in the slots it
-    /// doubled the size of every cached row).
-    dirty: BTreeMap<RowKey, Stored>,
+    /// The keys of dirty slots in the order they were first dirtied, so
+    /// writing back costs the changes, not the size of the cache (replay
+    /// keeps up to 25,000 rows cached), each with what the store held
+    /// before the slot was dirtied, so the write-back can touch only the
+    /// columns that changed. Kept here rather than in the slots: only dirty
+    /// rows pay for the second copy (in the slots it doubled the size of
+    /// every cached row). A list sorted once at the write-back, not a
+    /// B-tree: a slot's dirty mark says whether its key is listed, so
+    /// dirtying a row costs no second lookup.
+    dirty: Vec<(RowKey, Stored)>,
     /// Rows that vanished by cascade since the last write-back, so a fold
     /// folding after the one that deleted their parent can see what went
     /// (and keep its counts true).
@@ -299,20 +306,25 @@ impl WorkingSet {
     fn replace(&mut self, key: RowKey, row: Option<Row>) {
         match self.slots.get_mut(&key) {
             Some(slot) => {
+                // The row the store held is kept only when the slot is
+                // first dirtied; a row shared with a write-back is not
+                // copied just to be dropped.
+                let keep_previous = !slot.dirty && !self.forget_stored;
                 let previous = match (slot.row.as_mut().and_then(Arc::get_mut), row) {
                     (Some(cached), Some(row)) => Some(std::mem::replace(cached, row)),
-                    (_, row) => std::mem::replace(&mut slot.row, row.map(Arc::new)).map(Arc::unwrap_or_clone),
+                    (_, row) => std::mem::replace(&mut slot.row, row.map(Arc::new))
+                        .filter(|_| keep_previous)
+                        .map(Arc::unwrap_or_clone),
                 };
-                let was_dirty = std::mem::replace(&mut slot.dirty, true);
                 // A dirty slot's entry already says what the store holds.
-                self.dirty.entry(key).or_insert(if was_dirty || self.forget_stored {
-                    Stored::Unknown
-                } else {
-                    match previous {
+                if !std::mem::replace(&mut slot.dirty, true) {
+                    let before = match previous {
+                        _ if self.forget_stored => Stored::Unknown,
                         Some(previous) => Stored::Present(previous),
                         None => Stored::Absent,
-                    }
-                });
+                    };
+                    self.dirty.push((key, before));
+                }
             }
             None => {
                 self.slots.insert(
@@ -322,9 +334,33 @@ impl WorkingSet {
                         dirty: true,
                     },
                 );
-                self.dirty.entry(key).or_insert(Stored::Unknown);
+                self.dirty.push((key, Stored::Unknown));
             }
         }
+    }
+
+    /// Changes the present row `key` names in place (never its key), and
+    /// marks it dirty; false, with nothing changed, when the working set
+    /// holds no present row for `key`. A row shared with a write-back is
+    /// copied first, so the write-back keeps what it was given.
+    pub fn modify(&mut self, key: &RowKey, change: impl FnOnce(&mut Row)) -> bool {
+        let Some(slot) = self.slots.get_mut(key) else {
+            return false;
+        };
+        let Some(row) = slot.row.as_mut() else {
+            return false;
+        };
+        if !slot.dirty {
+            let before = if self.forget_stored {
+                Stored::Unknown
+            } else {
+                Stored::Present(Row::clone(row))
+            };
+            slot.dirty = true;
+            self.dirty.push((key.clone(), before));
+        }
+        change(Arc::make_mut(row));
+        true
     }
 
     /// Deletes a row. Rows whose parent it is vanish with it, as the
@@ -349,7 +385,8 @@ impl WorkingSet {
             }
         }
         for orphan in orphans {
-            self.dirty.remove(&orphan);
+            // Rare (a deletion with cached children), so a scan.
+            self.dirty.retain(|(key, _)| key != &orphan);
             self.cascade(&orphan);
         }
     }
@@ -380,8 +417,10 @@ impl WorkingSet {
     /// working set takes the store to hold what it holds.
     pub fn take_dirty(&mut self) -> Vec<RowChange> {
         self.cascaded.clear();
-        let mut changes = Vec::with_capacity(self.dirty.len());
-        for (key, before) in std::mem::take(&mut self.dirty) {
+        let mut dirty = std::mem::take(&mut self.dirty);
+        dirty.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let mut changes = Vec::with_capacity(dirty.len());
+        for (key, before) in dirty {
             if let Some(slot) = self.slots.get_mut(&key) {
                 if slot.dirty {
                     slot.dirty = false;
@@ -483,6 +522,50 @@ mod tests {
         drop((held, next));
         rows.put(media(1));
         assert_eq!(rows.take_dirty()[0].before, Stored::Present(moved(media(1))));
+    }
+
+    /// `modify` is `put` in place: the same guarantees for a held
+    /// write-back and for what the store held before.
+    #[test]
+    fn a_row_modified_in_place_keeps_a_held_write_back_and_its_stored_copy() {
+        let rename = |row: &mut Row| {
+            if let Row::Media(media) = row {
+                media.path = format!("{}+", media.path);
+            }
+        };
+        let mut rows = WorkingSet::default();
+        assert!(!rows.modify(&media(1).key(), rename), "nothing to modify yet");
+        rows.insert_loaded(media(1).key(), None);
+        assert!(
+            !rows.modify(&media(1).key(), rename),
+            "a known-absent row is not modified"
+        );
+        assert!(rows.take_dirty().is_empty());
+        rows.put(media(1));
+        let held = rows.take_dirty();
+        assert!(rows.modify(&media(1).key(), rename));
+        assert!(rows.modify(&media(1).key(), rename));
+        assert_eq!(
+            held[0].after.as_deref(),
+            Some(&media(1)),
+            "the held write-back is unchanged"
+        );
+        let mut twice = media(1);
+        rename(&mut twice);
+        rename(&mut twice);
+        assert_eq!(
+            rows.take_dirty(),
+            vec![RowChange {
+                key: media(1).key(),
+                before: Stored::Present(media(1)),
+                after: Some(Arc::new(twice.clone())),
+            }]
+        );
+        // A working set that forgets stored rows records none.
+        let mut forgetting = WorkingSet::forgetting_stored_rows();
+        forgetting.insert_loaded(media(1).key(), Some(media(1)));
+        assert!(forgetting.modify(&media(1).key(), rename));
+        assert_eq!(forgetting.take_dirty()[0].before, Stored::Unknown);
     }
 
     #[test]
