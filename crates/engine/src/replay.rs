@@ -190,6 +190,9 @@ async fn fold_into_scratch<T: ScratchTarget>(
             cached_rows = rows.len(),
             "replay chunk"
         );
+        // Ten thousand envelopes' strings: freed on another thread, not
+        // the fold's (a tenth of its time when freed here).
+        tokio::task::spawn_blocking(move || drop(events));
         if rows.len() > CACHE_ROWS {
             rows.clear();
         }

@@ -1111,7 +1111,7 @@ pub async fn rows_written_from_a_known_stored_row_land_whole_even_when_the_store
     running.version = 2;
     let changed = |before: &ProcessingStateRow, after: &ProcessingStateRow| RowChange {
         key: Row::ProcessingState(after.clone()).key(),
-        before: Stored::Present(Row::ProcessingState(before.clone())),
+        before: Stored::Present(Box::new(Row::ProcessingState(before.clone()))),
         after: Some(std::sync::Arc::new(Row::ProcessingState(after.clone()))),
     };
     write_rows(&store, vec![changed(&queued, &running)]).await.unwrap();

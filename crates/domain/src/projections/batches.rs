@@ -203,7 +203,7 @@ impl BatchItemRow {
     fn push_history(&mut self, entry: Value) {
         let mut history: Vec<Value> = serde_json::from_str(&self.history).unwrap_or_default();
         history.push(entry);
-        self.history = Value::Array(history).to_string();
+        self.history = super::json_text(&Value::Array(history));
     }
 }
 
@@ -273,7 +273,7 @@ impl Projector for Batches {
                     batch_id: created.batch_id,
                     name: created.name.clone(),
                     batch_kind: created.batch_kind.clone(),
-                    task_kinds: json!(created.task_kinds).to_string(),
+                    task_kinds: super::json_text(&json!(created.task_kinds)),
                     status: BatchStatus::Completed,
                     cancel_requested: false,
                     progress: BatchProgress::default(),

@@ -237,6 +237,13 @@ pub fn table_by_name(name: &str) -> Option<&'static TableSpec> {
         .find(|table| table.name == name)
 }
 
+/// A JSON value's compact text, as `Display` renders it but without the
+/// formatting machinery between (folds serialize inputs and outputs of
+/// every operation they create or complete).
+pub(crate) fn json_text(value: &serde_json::Value) -> String {
+    serde_json::to_string(value).expect("a JSON value serializes")
+}
+
 /// The rows a stream owns: the media row of `media-<id>`; the operation
 /// row, the processing-state, capability and review rows of
 /// `operation-<id>`; the batch row of `batch-<id>`. Such rows are born

@@ -214,7 +214,7 @@ impl Projector for MediaOperations {
                 region_id: created.target.region_id,
                 path: created.target.path.clone(),
                 revision: created.revision.clone(),
-                inputs: created.inputs.to_string(),
+                inputs: super::json_text(&created.inputs),
                 status: created.status,
                 stage: (created.kind == INGESTION_FILE).then_some(IngestionStage::Discovered),
                 priority: i64::from(created.priority),
@@ -241,128 +241,141 @@ impl Projector for MediaOperations {
         let Some(Row::Operation(current)) = rows.get(&key) else {
             return Err(fail(format!("operation {operation_id} does not exist")));
         };
-        let mut next = current.clone();
+        // Everything that can refuse the event is checked before the row
+        // changes; then it changes in place (no copy of the row per event).
         let previous_status = current.status;
-        if let Some(cause) = event.event.cause() {
-            next.status = transitions::transition(current.status, cause).map_err(|error| fail(error.to_string()))?;
-        }
+        let status = match event.event.cause() {
+            Some(cause) => transitions::transition(current.status, cause).map_err(|error| fail(error.to_string()))?,
+            None => current.status,
+        };
         match &event.event {
-            Event::OperationClaimed(claimed) => {
-                next.claim_token = Some(claimed.claim_token.clone());
-                next.worker = Some(claimed.worker.clone());
-                next.lease_expires_at = Some(claimed.lease_expires_at);
-                next.attempt_count += 1;
-                next.phase = None;
-                next.processed = None;
-                next.total = None;
-                next.status_reason = None;
+            Event::OperationStarted(started)
+                if current.claim_token.as_deref() != Some(started.claim_token.as_str()) =>
+            {
+                return Err(fail("start carries a claim token that does not hold the claim".into()));
             }
-            Event::OperationStarted(started) => {
-                if current.claim_token.as_deref() != Some(started.claim_token.as_str()) {
-                    return Err(fail("start carries a claim token that does not hold the claim".into()));
-                }
+            Event::OperationProgressed(_) if !current.status.is_claimed() => {
+                return Err(fail(format!("progress reported while {}", current.status)));
             }
-            Event::OperationProgressed(progress) => {
-                if !current.status.is_claimed() {
-                    return Err(fail(format!("progress reported while {}", current.status)));
-                }
-                next.phase = Some(progress.phase.clone());
-                next.processed = Some(progress.processed);
-                next.total = progress.total;
+            Event::OperationStageChanged(_) if current.kind != INGESTION_FILE => {
+                return Err(fail(format!("{} operations have no stage", current.kind)));
             }
             Event::OperationStageChanged(changed) => {
-                if current.kind != INGESTION_FILE {
-                    return Err(fail(format!("{} operations have no stage", current.kind)));
+                if let Some(stage) = current.stage.filter(|stage| changed.stage.rank() <= stage.rank()) {
+                    return Err(fail(format!("stage cannot go from {stage} to {}", changed.stage)));
                 }
-                if let Some(stage) = current.stage {
-                    if changed.stage.rank() <= stage.rank() {
-                        return Err(fail(format!("stage cannot go from {stage} to {}", changed.stage)));
-                    }
-                }
-                next.stage = Some(changed.stage);
             }
-            Event::OperationSucceeded(_) => next.clear_claim(),
-            Event::OperationFailed(failed) => {
-                next.clear_claim();
-                next.last_error = Some(failed.error.clone());
-                next.status_reason = Some(failed.error.clone());
+            Event::OperationCancelRequested(_) if current.status.is_terminal() => {
+                return Err(fail(format!("cancel requested on a {} operation", current.status)));
             }
-            Event::OperationRetryScheduled(retry) => {
-                next.available_at = Some(retry.available_at);
+            _ => {}
+        }
+        rows.modify(&key, |row| {
+            if let Row::Operation(next) = row {
+                next.status = status;
+                change_operation(next, event);
+                next.updated_at = event.recorded_at;
+                next.version = event.stream_version;
             }
-            Event::OperationInterrupted(interrupted) => {
-                next.clear_claim();
-                next.interruption_count += 1;
-                next.status_reason = Some(interrupted.reason.clone());
-            }
-            Event::OperationCancelRequested(request) => {
-                if current.status.is_terminal() {
-                    return Err(fail(format!("cancel requested on a {} operation", current.status)));
-                }
-                next.cancel_requested = true;
-                next.status_reason = Some(request.reason.clone());
-            }
-            Event::OperationRequeued(reason) | Event::OperationReopened(reason) => {
+        });
+        if status != previous_status {
+            add_count(rows, &OPERATION_COUNTS_TABLE, BY_STATUS, previous_status.as_str(), -1);
+            add_count(rows, &OPERATION_COUNTS_TABLE, BY_STATUS, status.as_str(), 1);
+        }
+        Ok(())
+    }
+}
+
+/// What an accepted event (checked by [`MediaOperations::apply`]) changes
+/// in its operation's row, besides status, time and version.
+fn change_operation(next: &mut OperationRow, event: &EventEnvelope) {
+    match &event.event {
+        Event::OperationClaimed(claimed) => {
+            next.claim_token = Some(claimed.claim_token.clone());
+            next.worker = Some(claimed.worker.clone());
+            next.lease_expires_at = Some(claimed.lease_expires_at);
+            next.attempt_count += 1;
+            next.phase = None;
+            next.processed = None;
+            next.total = None;
+            next.status_reason = None;
+        }
+        Event::OperationStarted(_) => {}
+        Event::OperationProgressed(progress) => {
+            next.phase = Some(progress.phase.clone());
+            next.processed = Some(progress.processed);
+            next.total = progress.total;
+        }
+        Event::OperationStageChanged(changed) => next.stage = Some(changed.stage),
+        Event::OperationSucceeded(_) => next.clear_claim(),
+        Event::OperationFailed(failed) => {
+            next.clear_claim();
+            next.last_error = Some(failed.error.clone());
+            next.status_reason = Some(failed.error.clone());
+        }
+        Event::OperationRetryScheduled(retry) => {
+            next.available_at = Some(retry.available_at);
+        }
+        Event::OperationInterrupted(interrupted) => {
+            next.clear_claim();
+            next.interruption_count += 1;
+            next.status_reason = Some(interrupted.reason.clone());
+        }
+        Event::OperationCancelRequested(request) => {
+            next.cancel_requested = true;
+            next.status_reason = Some(request.reason.clone());
+        }
+        Event::OperationRequeued(reason) | Event::OperationReopened(reason) => {
+            next.available_at = Some(event.recorded_at);
+            next.cancel_requested = false;
+            next.status_reason = Some(reason.reason.clone());
+        }
+        Event::OperationQueued(reason) | Event::OperationUnblocked(reason) => {
+            next.available_at = Some(event.recorded_at);
+            next.status_reason = Some(reason.reason.clone());
+        }
+        Event::OperationBlocked(reason)
+        | Event::OperationFoundNothing(reason)
+        | Event::OperationMissingConfirmed(reason)
+        | Event::OperationNotApplicable(reason)
+        | Event::OperationSkipped(reason)
+        | Event::OperationDeadLettered(reason)
+        | Event::OperationCancelled(reason) => {
+            next.clear_claim();
+            next.status_reason = Some(reason.reason.clone());
+        }
+        Event::OperationRevisionRequested(requested) => {
+            next.revision = Some(requested.revision.clone());
+            next.inputs = super::json_text(&requested.inputs);
+            if requested.requeue {
                 next.available_at = Some(event.recorded_at);
                 next.cancel_requested = false;
-                next.status_reason = Some(reason.reason.clone());
+                next.status_reason = Some(format!("revision {} requested", requested.revision));
             }
-            Event::OperationQueued(reason) | Event::OperationUnblocked(reason) => {
-                next.available_at = Some(event.recorded_at);
-                next.status_reason = Some(reason.reason.clone());
-            }
-            Event::OperationBlocked(reason)
-            | Event::OperationFoundNothing(reason)
-            | Event::OperationMissingConfirmed(reason)
-            | Event::OperationNotApplicable(reason)
-            | Event::OperationSkipped(reason)
-            | Event::OperationDeadLettered(reason)
-            | Event::OperationCancelled(reason) => {
-                next.clear_claim();
-                next.status_reason = Some(reason.reason.clone());
-            }
-            Event::OperationRevisionRequested(requested) => {
-                next.revision = Some(requested.revision.clone());
-                next.inputs = requested.inputs.to_string();
-                if requested.requeue {
-                    next.available_at = Some(event.recorded_at);
-                    next.cancel_requested = false;
-                    next.status_reason = Some(format!("revision {} requested", requested.revision));
-                }
-            }
-            Event::OperationSuperseded(superseded) => {
-                next.clear_claim();
-                next.available_at = Some(event.recorded_at);
-                if let Some(error) = &superseded.error {
-                    next.last_error = Some(error.clone());
-                }
-                next.status_reason = Some(format!(
-                    "revision {} {} after revision {} was requested",
-                    superseded.claimed_revision, superseded.outcome, superseded.requested_revision
-                ));
-            }
-            Event::OperationCreated(_)
-            | Event::TaskVersionChanged(_)
-            | Event::ReviewResolved(_)
-            | Event::BatchCreated(_)
-            | Event::BatchItemsAdded(_)
-            | Event::BatchItemSettled(_)
-            | Event::BatchCancelRequested(_)
-            | Event::BatchResumed(_)
-            | Event::MediaRegistered(_)
-            | Event::MediaUpdated(_)
-            | Event::MediaRemoved(_)
-            | Event::RegionAdded(_)
-            | Event::RegionRemoved(_) => {}
         }
-        if next.status != previous_status {
-            let (from, to) = (previous_status, next.status);
-            add_count(rows, &OPERATION_COUNTS_TABLE, BY_STATUS, from.as_str(), -1);
-            add_count(rows, &OPERATION_COUNTS_TABLE, BY_STATUS, to.as_str(), 1);
+        Event::OperationSuperseded(superseded) => {
+            next.clear_claim();
+            next.available_at = Some(event.recorded_at);
+            if let Some(error) = &superseded.error {
+                next.last_error = Some(error.clone());
+            }
+            next.status_reason = Some(format!(
+                "revision {} {} after revision {} was requested",
+                superseded.claimed_revision, superseded.outcome, superseded.requested_revision
+            ));
         }
-        next.updated_at = event.recorded_at;
-        next.version = event.stream_version;
-        rows.put(Row::Operation(next));
-        Ok(())
+        Event::OperationCreated(_)
+        | Event::TaskVersionChanged(_)
+        | Event::ReviewResolved(_)
+        | Event::BatchCreated(_)
+        | Event::BatchItemsAdded(_)
+        | Event::BatchItemSettled(_)
+        | Event::BatchCancelRequested(_)
+        | Event::BatchResumed(_)
+        | Event::MediaRegistered(_)
+        | Event::MediaUpdated(_)
+        | Event::MediaRemoved(_)
+        | Event::RegionAdded(_)
+        | Event::RegionRemoved(_) => {}
     }
 }

@@ -293,7 +293,7 @@ impl Projector for ProcessingStates {
                 status: created.status,
                 priority: i64::from(created.priority),
                 requested_revision: revision,
-                inputs: created.inputs.to_string(),
+                inputs: super::json_text(&created.inputs),
                 claimed_revision: None,
                 completed_revision: None,
                 output: None,
@@ -331,7 +331,7 @@ impl Projector for ProcessingStates {
         match &event.event {
             Event::OperationRevisionRequested(requested) => {
                 next.requested_revision = requested.revision.clone();
-                next.inputs = requested.inputs.to_string();
+                next.inputs = super::json_text(&requested.inputs);
                 // A new revision is new work: it gets its own budgets. A claim
                 // running exactly that revision (the request went back to the
                 // revision a worker holds) is its first attempt.
@@ -372,7 +372,7 @@ impl Projector for ProcessingStates {
             Event::OperationSucceeded(succeeded) => {
                 check_token(&current, succeeded.claim_token.as_deref()).map_err(fail)?;
                 next.completed_revision = current.claimed_revision.clone();
-                next.output = Some(succeeded.output.to_string());
+                next.output = Some(super::json_text(&succeeded.output));
                 next.last_error = None;
                 next.status_reason = None;
                 next.clear_claim();
@@ -390,7 +390,7 @@ impl Projector for ProcessingStates {
                 match superseded.outcome.as_str() {
                     "succeeded" => {
                         next.completed_revision = Some(superseded.claimed_revision.clone());
-                        next.output = Some(superseded.output.to_string());
+                        next.output = Some(super::json_text(&superseded.output));
                     }
                     // Like a plain no-result: completed, with no output.
                     "no_result" => {

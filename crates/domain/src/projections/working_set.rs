@@ -176,10 +176,9 @@ struct Slot {
     dirty: bool,
 }
 
-/// What the store holds for a row as far as the working set knows.
-// The row moves in from its slot when the slot is first dirtied; boxing it
-// would add an allocation per changed row for no saving.
-#[allow(clippy::large_enum_variant)]
+/// What the store holds for a row as far as the working set knows. The
+/// row is boxed: the dirty list holds one of these per changed row, and
+/// with a row inline (~400 bytes) growing that list moved them all.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Stored {
     /// Never loaded: the row may or may not exist, so it is written whole.
@@ -187,7 +186,7 @@ pub enum Stored {
     /// Loaded and found missing (or deleted by an earlier write-back).
     Absent,
     /// Loaded (or written) with these values.
-    Present(Row),
+    Present(Box<Row>),
 }
 
 /// One changed row for a store to write back: `after` None deletes it.
@@ -320,7 +319,7 @@ impl WorkingSet {
                 if !std::mem::replace(&mut slot.dirty, true) {
                     let before = match previous {
                         _ if self.forget_stored => Stored::Unknown,
-                        Some(previous) => Stored::Present(previous),
+                        Some(previous) => Stored::Present(Box::new(previous)),
                         None => Stored::Absent,
                     };
                     self.dirty.push((key, before));
@@ -354,7 +353,7 @@ impl WorkingSet {
             let before = if self.forget_stored {
                 Stored::Unknown
             } else {
-                Stored::Present(Row::clone(row))
+                Stored::Present(Box::new(Row::clone(row)))
             };
             slot.dirty = true;
             self.dirty.push((key.clone(), before));
@@ -417,10 +416,11 @@ impl WorkingSet {
     /// working set takes the store to hold what it holds.
     pub fn take_dirty(&mut self) -> Vec<RowChange> {
         self.cascaded.clear();
+        // The list keeps its capacity for the next chunk or command.
         let mut dirty = std::mem::take(&mut self.dirty);
         dirty.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         let mut changes = Vec::with_capacity(dirty.len());
-        for (key, before) in dirty {
+        for (key, before) in dirty.drain(..) {
             if let Some(slot) = self.slots.get_mut(&key) {
                 if slot.dirty {
                     slot.dirty = false;
@@ -429,6 +429,7 @@ impl WorkingSet {
                 }
             }
         }
+        self.dirty = dirty;
         changes
     }
 
@@ -514,14 +515,14 @@ mod tests {
             next,
             vec![RowChange {
                 key: media(1).key(),
-                before: Stored::Present(media(1)),
+                before: Stored::Present(Box::new(media(1))),
                 after: Some(Arc::new(moved(media(1)))),
             }]
         );
         // Once no write-back holds it, the cached row is changed in place.
         drop((held, next));
         rows.put(media(1));
-        assert_eq!(rows.take_dirty()[0].before, Stored::Present(moved(media(1))));
+        assert_eq!(rows.take_dirty()[0].before, Stored::Present(Box::new(moved(media(1)))));
     }
 
     /// `modify` is `put` in place: the same guarantees for a held
@@ -557,7 +558,7 @@ mod tests {
             rows.take_dirty(),
             vec![RowChange {
                 key: media(1).key(),
-                before: Stored::Present(media(1)),
+                before: Stored::Present(Box::new(media(1))),
                 after: Some(Arc::new(twice.clone())),
             }]
         );
@@ -611,7 +612,7 @@ mod tests {
         assert_eq!(changes.len(), 1);
         assert_eq!(
             changes[0].before,
-            Stored::Present(media(1)),
+            Stored::Present(Box::new(media(1))),
             "the store's row, not the first put"
         );
         let changed_columns: Vec<&str> = changes[0]
@@ -626,7 +627,7 @@ mod tests {
         // has nothing to write, and the next change is measured from it.
         rows.put(second.clone());
         let changes = rows.take_dirty();
-        assert_eq!(changes[0].before, Stored::Present(second));
+        assert_eq!(changes[0].before, Stored::Present(Box::new(second)));
         assert_eq!(changes[0].changed_cells(), Some(Vec::new()));
     }
 
@@ -648,7 +649,7 @@ mod tests {
         assert_eq!(changes[0].changed_cells(), None);
         rows.delete(&media(1).key());
         let changes = rows.take_dirty();
-        assert_eq!(changes[0].before, Stored::Present(media(1)));
+        assert_eq!(changes[0].before, Stored::Present(Box::new(media(1))));
         assert_eq!(changes[0].changed_cells(), None, "a deletion is no column update");
     }
 
