@@ -379,3 +379,80 @@ fn change_operation(next: &mut OperationRow, event: &EventEnvelope) {
         | Event::RegionRemoved(_) => {}
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::envelope::StreamId;
+    use crate::events::{OperationCreated, OperationStageChanged, OperationStarted, OperationTarget};
+    use uuid::Uuid;
+
+    fn envelope(version: i64, event: Event) -> EventEnvelope {
+        EventEnvelope {
+            seq: version,
+            stream_id: StreamId::operation(OperationId(Uuid::from_u128(7))),
+            stream_version: version,
+            schema_version: 1,
+            recorded_at: Timestamp::from_micros(1_000_000 * version),
+            actor: "test".into(),
+            correlation_id: "test".into(),
+            causation_id: None,
+            event,
+        }
+    }
+
+    /// An event the fold refuses leaves the operation's row as it was:
+    /// the row is changed in place only once every check has passed.
+    #[test]
+    fn a_refused_event_leaves_the_operation_row_untouched() {
+        let operation_id = OperationId(Uuid::from_u128(7));
+        let mut rows = WorkingSet::default();
+        rows.insert_loaded(operation_key(operation_id), None);
+        rows.insert_loaded(counts_key(&OPERATION_COUNTS_TABLE, BY_STATUS), None);
+        let created = envelope(
+            1,
+            Event::OperationCreated(OperationCreated {
+                operation_id,
+                kind: INGESTION_FILE.into(),
+                target: OperationTarget {
+                    media_id: None,
+                    region_id: None,
+                    path: Some("/a.png".into()),
+                },
+                revision: None,
+                inputs: serde_json::json!({}),
+                status: OperationStatus::Queued,
+                priority: 0,
+                task_version: None,
+            }),
+        );
+        MediaOperations.apply(&created, &mut rows).unwrap();
+        let forward = envelope(
+            2,
+            Event::OperationStageChanged(OperationStageChanged {
+                operation_id,
+                stage: IngestionStage::Hashing,
+            }),
+        );
+        MediaOperations.apply(&forward, &mut rows).unwrap();
+        let before = rows.get(&operation_key(operation_id)).cloned();
+        for refused in [
+            Event::OperationStageChanged(OperationStageChanged {
+                operation_id,
+                stage: IngestionStage::Settling,
+            }),
+            Event::OperationStarted(OperationStarted {
+                operation_id,
+                claim_token: "not-the-claim".into(),
+            }),
+        ] {
+            let error = MediaOperations.apply(&envelope(3, refused), &mut rows).unwrap_err();
+            assert_eq!(error.seq, 3, "{error:?}");
+            assert_eq!(rows.get(&operation_key(operation_id)).cloned(), before);
+        }
+        let Some(Row::Operation(row)) = before else {
+            panic!("no operation row")
+        };
+        assert_eq!((row.stage, row.version), (Some(IngestionStage::Hashing), 2));
+    }
+}
