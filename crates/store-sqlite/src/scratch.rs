@@ -65,6 +65,16 @@ impl Behind {
     }
 }
 
+/// What a panicked write-behind hands back: no connection, and why.
+fn stopped(error: tokio::task::JoinError) -> Handed {
+    (
+        None,
+        Err(StoreError::unavailable(format!(
+            "the scratch copy's write-behind stopped: {error}"
+        ))),
+    )
+}
+
 fn lost() -> StoreError {
     StoreError::unavailable("the scratch copy's connection was lost when its write-behind panicked")
 }
@@ -128,15 +138,7 @@ impl SqliteScratch {
     /// of that work is returned instead.
     async fn connection(&mut self) -> Result<&mut SqliteConnection, StoreError> {
         if let Link::Behind(handle) = &mut self.link {
-            let (connection, result) = match handle.await {
-                Ok(handed) => handed,
-                Err(error) => (
-                    None,
-                    Err(StoreError::unavailable(format!(
-                        "the scratch copy's write-behind stopped: {error}"
-                    ))),
-                ),
-            };
+            let (connection, result) = handle.await.unwrap_or_else(stopped);
             self.link = connection.map_or(Link::Lost, Link::Ready);
             result?;
         }
@@ -156,14 +158,7 @@ impl SqliteScratch {
                 let (connection, result) = match previous {
                     Link::Ready(connection) => (Some(connection), Ok(())),
                     Link::Lost => (None, Err(lost())),
-                    Link::Behind(handle) => handle.await.unwrap_or_else(|error| {
-                        (
-                            None,
-                            Err(StoreError::unavailable(format!(
-                                "the scratch copy's write-behind stopped: {error}"
-                            ))),
-                        )
-                    }),
+                    Link::Behind(handle) => handle.await.unwrap_or_else(stopped),
                 };
                 match (connection, result) {
                     (Some(mut connection), Ok(())) => {
