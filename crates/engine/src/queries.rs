@@ -194,7 +194,7 @@ impl<S: Store> Engine<S> {
                 .into_iter()
                 .next()
             {
-                Some(Row::Counts(row)) => row.parsed(),
+                Some(Row::Counts(row)) => row.counts,
                 _ => std::collections::BTreeMap::new(),
             },
         )

@@ -65,11 +65,6 @@ impl CountsRow {
         })?;
         Ok(CountsRow { table, name, counts })
     }
-
-    /// The counts as a map.
-    pub fn parsed(&self) -> BTreeMap<String, i64> {
-        self.counts.clone()
-    }
 }
 
 /// The key of a counts row named by a constant: no allocation, as folds
