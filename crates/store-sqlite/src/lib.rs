@@ -572,6 +572,29 @@ mod tests {
         );
     }
 
+    /// The bundled SQLite is compiled without SQLITE_ENABLE_MEMORY_MANAGEMENT
+    /// (`.cargo/config.toml`), so connections do not share one page-cache
+    /// LRU behind one mutex. Fails when a build loses the setting, e.g. a
+    /// `LIBSQLITE3_FLAGS` from the environment that replaces ours.
+    #[test]
+    fn bundled_sqlite_is_built_without_the_shared_page_cache_lru() {
+        let connection = rusqlite::Connection::open_in_memory().unwrap();
+        let used: i64 = connection
+            .query_row(
+                "SELECT sqlite_compileoption_used('ENABLE_MEMORY_MANAGEMENT')",
+                [],
+                |row| row.get(0),
+            )
+            .unwrap();
+        assert_eq!(used, 0, "SQLite was built with SQLITE_ENABLE_MEMORY_MANAGEMENT");
+        // The library's other options are still there: the check reads the
+        // real list, not an empty one.
+        let threadsafe: i64 = connection
+            .query_row("SELECT sqlite_compileoption_used('THREADSAFE=1')", [], |row| row.get(0))
+            .unwrap();
+        assert_eq!(threadsafe, 1);
+    }
+
     /// The writer's `synchronous` level as a piece of work sees it.
     fn level_inside<'t>(tx: &'t mut SqliteTx) -> BoxFuture<'t, Result<i64, StoreError>> {
         Box::pin(async move {
