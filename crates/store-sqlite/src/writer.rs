@@ -4,6 +4,8 @@
 //! channel. Work waiting in the queue when the writer becomes free is run in
 //! one transaction, each piece inside its own savepoint; a failing or
 //! panicking piece rolls back to its savepoint and leaves the others alone.
+//! Pieces that arrive while a group runs join it before its COMMIT (see
+//! [`LATE_JOIN_WINDOW`]).
 //! Nobody is answered until the COMMIT (an fsync under `synchronous=FULL`)
 //! has returned, so an acknowledgement always means durable. Under load many
 //! commands share one fsync; alone, a command pays exactly one.
@@ -19,11 +21,24 @@ use futures::executor::block_on;
 use opledger_store::{BoxFuture, StoreError};
 use std::marker::PhantomData;
 use std::panic::AssertUnwindSafe;
+use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
 /// Most pieces of work grouped into one commit; bounds how long the first
 /// piece of a group waits for the others.
 const MAX_GROUP: usize = 256;
+
+/// How long after a group started a piece that arrived meanwhile may still
+/// join it. *Why:* callers that each wait for their answer before sending
+/// again (workers alternating claim and report) fall into cohorts: while
+/// one half's group runs, the other half's answers come back and their
+/// next pieces queue for the group after. Groups then hold half the
+/// callers and every piece pays twice the commits it needs. Letting the
+/// late half join merges the cohorts without ever waiting idle for them;
+/// the window bounds how much longer the first pieces wait for their answer.
+/// Measured (`bench lifecycle --workers 4`, interleaved): groups of two
+/// pieces became groups of four, +5–10% tasks/s; claim latency unchanged.
+const LATE_JOIN_WINDOW: Duration = Duration::from_millis(20);
 
 /// What a piece of work left behind: whether it succeeded, and how to
 /// answer its caller once the commit outcome is known.
@@ -152,7 +167,10 @@ fn run(mut tx: SqliteTx, synchronous: Synchronous, mut jobs: mpsc::Receiver<Box<
         if relaxed {
             relax(&tx, "NORMAL");
         }
-        run_group(&mut tx, group);
+        // Pieces that arrive while the group runs may join it, but not a
+        // relaxed group: they would commit without their fsync.
+        let late = if relaxed { None } else { Some(&mut jobs) };
+        run_group(&mut tx, group, late);
         if relaxed {
             relax(&tx, synchronous.pragma_value());
         }
@@ -177,11 +195,14 @@ fn run_piece(job: Box<dyn Job>, tx: &mut SqliteTx) -> std::thread::Result<Done> 
     std::panic::catch_unwind(AssertUnwindSafe(|| block_on(job.run(tx))))
 }
 
-fn run_group(tx: &mut SqliteTx, group: Vec<Box<dyn Job>>) {
+/// Runs `group` in one transaction, then, while the transaction is still
+/// open, whatever arrived on `late` meanwhile (see [`LATE_JOIN_WINDOW`]),
+/// and commits.
+fn run_group(tx: &mut SqliteTx, group: Vec<Box<dyn Job>>, mut late: Option<&mut mpsc::Receiver<Box<dyn Job>>>) {
     let started = std::time::Instant::now();
-    let pieces = group.len();
+    let mut pieces = group.len();
     // A lone piece needs no savepoint: its failure rolls back the transaction.
-    let use_savepoints = group.len() > 1;
+    let mut use_savepoints = group.len() > 1;
     if let Err(error) = tx.execute("BEGIN IMMEDIATE") {
         tx.rollback_quietly();
         for job in group {
@@ -193,7 +214,33 @@ fn run_group(tx: &mut SqliteTx, group: Vec<Box<dyn Job>>) {
     let mut finishes = Vec::with_capacity(group.len());
     let mut broken: Option<StoreError> = None;
     let mut any_ok = false;
-    for job in group {
+    let mut queue: std::collections::VecDeque<Box<dyn Job>> = group.into();
+    loop {
+        let job = match queue.pop_front() {
+            Some(job) => job,
+            None => {
+                // The group's own pieces are done. A piece that arrived
+                // meanwhile joins while the group is young, none failed the
+                // transaction, and the group is not full; it runs in a
+                // savepoint of its own, like every piece after the first.
+                // A lone first piece that failed ran without one, so its
+                // writes may still be in the transaction: nothing joins it.
+                let open = broken.is_none() && (use_savepoints || any_ok);
+                let young = started.elapsed() < LATE_JOIN_WINDOW && pieces < MAX_GROUP;
+                match late
+                    .as_deref_mut()
+                    .filter(|_| open && young)
+                    .map(mpsc::Receiver::try_recv)
+                {
+                    Some(Ok(job)) => {
+                        pieces += 1;
+                        use_savepoints = true;
+                        job
+                    }
+                    _ => break,
+                }
+            }
+        };
         if let Some(error) = &broken {
             job.abort(error.clone());
             continue;

@@ -122,3 +122,133 @@ async fn a_piece_may_await_a_tokio_timer() {
         .unwrap();
     assert_eq!(store.lease("slow").await.unwrap(), Some(lease("slow", 1)));
 }
+
+/// Starts a piece that puts lease `token` (and then, when `fail` is set,
+/// gives up with an error, keeping the write in the transaction: a lone
+/// piece has no savepoint) and holds the writer until `go` fires. Returns
+/// once the piece is running, with its answer to come.
+async fn held_piece(
+    store: &SqliteStore,
+    token: &str,
+    liveness: bool,
+    fail: bool,
+) -> (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<Result<(), StoreError>>,
+) {
+    let (started, running) = tokio::sync::oneshot::channel();
+    let (go, held) = tokio::sync::oneshot::channel::<()>();
+    let held_lease = lease(token, 1);
+    let store = store.clone();
+    let answer = tokio::spawn(async move {
+        if liveness {
+            store
+                .write_liveness(move |tx: &mut <SqliteStore as Store>::Tx| {
+                    Box::pin(held_work(tx, held_lease, started, held, fail))
+                })
+                .await
+        } else {
+            store
+                .write(move |tx: &mut <SqliteStore as Store>::Tx| {
+                    Box::pin(held_work(tx, held_lease, started, held, fail))
+                })
+                .await
+        }
+    });
+    running.await.expect("the held piece runs");
+    (go, answer)
+}
+
+async fn held_work(
+    tx: &mut <SqliteStore as Store>::Tx,
+    held_lease: Lease,
+    started: tokio::sync::oneshot::Sender<()>,
+    held: tokio::sync::oneshot::Receiver<()>,
+    fail: bool,
+) -> Result<(), StoreError> {
+    tx.put_lease(&held_lease).await?;
+    let _ = started.send(());
+    let _ = held.await;
+    if fail {
+        return Err(StoreError::unavailable("the piece gave up"));
+    }
+    Ok(())
+}
+
+/// Sends a piece while another holds the writer, then lets that one
+/// finish. The new piece reports whether a reader (another connection)
+/// saw `held_token`'s lease when it ran: not yet committed means the two
+/// share one transaction.
+async fn piece_sent_meanwhile(
+    store: &SqliteStore,
+    go: tokio::sync::oneshot::Sender<()>,
+    held_token: &str,
+) -> Result<bool, StoreError> {
+    let reader = store.clone();
+    let held_token = held_token.to_string();
+    let own = lease("sent-meanwhile", 1);
+    let mut sent = Box::pin(store.write(move |tx: &mut <SqliteStore as Store>::Tx| {
+        Box::pin(async move {
+            let seen = reader.lease(&held_token).await?.is_some();
+            tx.put_lease(&own).await?;
+            Ok::<_, StoreError>(seen)
+        })
+    }));
+    // The first poll queues the piece for the writer (the queue has room).
+    assert!(futures::poll!(&mut sent).is_pending());
+    go.send(()).unwrap();
+    sent.await
+}
+
+/// A piece that arrives while a group runs joins that group's commit
+/// instead of waiting for the next one (fewer commits when callers fall
+/// into cohorts; see `LATE_JOIN_WINDOW` in the writer).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_piece_sent_while_a_group_runs_joins_that_groups_commit() {
+    let folder = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(SqliteConfig::at(folder.path().join("writer.db")))
+        .await
+        .unwrap();
+    let (go, held) = held_piece(&store, "held", false, false).await;
+    let saw_held = piece_sent_meanwhile(&store, go, "held").await.unwrap();
+    held.await.unwrap().unwrap();
+    assert!(!saw_held, "the late piece ran inside the held piece's transaction");
+    assert!(store.lease("held").await.unwrap().is_some());
+    assert!(store.lease("sent-meanwhile").await.unwrap().is_some());
+}
+
+/// A group of liveness work commits without its fsync; durable work that
+/// arrives meanwhile must wait for a durable commit of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn durable_work_never_joins_a_liveness_group() {
+    let folder = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(SqliteConfig::at(folder.path().join("writer.db")))
+        .await
+        .unwrap();
+    let (go, held) = held_piece(&store, "liveness", true, false).await;
+    let saw_held = piece_sent_meanwhile(&store, go, "liveness").await.unwrap();
+    held.await.unwrap().unwrap();
+    assert!(saw_held, "the durable piece ran after the liveness group committed");
+}
+
+/// A lone piece runs without a savepoint, so when it fails its writes are
+/// still in the transaction until the rollback: a piece that arrives
+/// meanwhile must not join (its commit would keep the failed piece's
+/// writes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_joins_a_lone_piece_that_failed() {
+    let folder = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(SqliteConfig::at(folder.path().join("writer.db")))
+        .await
+        .unwrap();
+    let (go, held) = held_piece(&store, "failed", false, true).await;
+    let saw_failed = piece_sent_meanwhile(&store, go, "failed").await.unwrap();
+    assert!(held.await.unwrap().is_err());
+    assert!(!saw_failed);
+    assert_eq!(
+        store.lease("failed").await.unwrap(),
+        None,
+        "nothing of the failed piece stays"
+    );
+    assert!(store.lease("sent-meanwhile").await.unwrap().is_some());
+}
