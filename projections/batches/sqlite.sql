@@ -24,7 +24,7 @@ CREATE TABLE {{t:batches}} (
     CHECK (remaining = total - settled),
     -- Active (unsettled items) exactly when running or cancelling.
     CHECK ((remaining > 0) = (status IN ('running', 'cancelling')))
-) WITHOUT ROWID;
+);
 
 CREATE INDEX {{t:batches}}_by_status ON {{r:batches}} (status);
 
@@ -44,7 +44,7 @@ CREATE TABLE {{t:batch_items}} (
     UNIQUE (batch_id, operation_id),
     UNIQUE (batch_id, position),
     CHECK ((outcome IS NULL) = (settled_at IS NULL))
-) WITHOUT ROWID;
+);
 
 -- Completion reconciliation finds an operation's batches.
 CREATE INDEX {{t:batch_items}}_by_operation ON {{r:batch_items}} (operation_id);

@@ -25,7 +25,7 @@ CREATE TABLE {{t:entity_capability_states}} (
     CHECK (claimed_version IS NULL OR status = 'running'),
     -- Stale means a result exists, produced by another version.
     CHECK (status <> 'stale' OR (produced_version IS NOT NULL AND produced_version <> current_version))
-) WITHOUT ROWID;
+);
 
 -- The version sweep counts by kind@version and reads the rows of the keys
 -- that are not current. No index by status: dashboards read the running

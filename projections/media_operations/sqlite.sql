@@ -37,7 +37,7 @@ CREATE TABLE {{t:media_operations}} (
     CHECK ((claim_token IS NULL) = (lease_expires_at IS NULL)),
     -- Only file ingestions carry a stage.
     CHECK ((kind = 'ingestion.file') = (stage IS NOT NULL))
-) WITHOUT ROWID;
+);
 
 -- Operations of one media item. No index by status (dropped in version 3):
 -- dashboards read the running counts below, and every status change would

@@ -2,6 +2,9 @@
 -- The t: placeholder is replaced by the table's name where it is defined and
 -- the r: placeholder where it is referenced, so the same text creates the live
 -- tables, a shadow copy, or a scratch copy in another schema.
+-- Entity tables are rowid tables keyed by a unique text PRIMARY KEY; only the
+-- small counts tables are WITHOUT ROWID (why: docs/architecture.md, "Entity
+-- tables are rowid tables").
 CREATE TABLE {{t:media}} (
     id             TEXT    PRIMARY KEY NOT NULL,
     path           TEXT    NOT NULL,
@@ -11,7 +14,7 @@ CREATE TABLE {{t:media}} (
     registered_at  TEXT    NOT NULL,
     updated_at     TEXT    NOT NULL,
     version        INTEGER NOT NULL CHECK (version >= 1)
-) WITHOUT ROWID;
+);
 
 CREATE INDEX {{t:media}}_by_path ON {{r:media}} (path);
 
@@ -24,7 +27,7 @@ CREATE TABLE {{t:media_regions}} (
     height          INTEGER NOT NULL CHECK (height >= 0),
     region_revision INTEGER NOT NULL,
     created_at      TEXT    NOT NULL
-) WITHOUT ROWID;
+);
 
 CREATE INDEX {{t:media_regions}}_by_media ON {{r:media_regions}} (media_id);
 

@@ -39,7 +39,7 @@ CREATE TABLE {{t:media_processing_states}} (
     CHECK ((claim_token IS NULL) = (claimed_revision IS NULL)),
     -- Output belongs to a completed revision.
     CHECK (output IS NULL OR completed_revision IS NOT NULL)
-) WITHOUT ROWID;
+);
 
 -- Claims: the claimable rows only, in claim order, per kind (claims that
 -- name kinds) and across kinds (claims that take any), so a claim reads the
@@ -90,7 +90,7 @@ CREATE TABLE {{t:region_processing_states}} (
     CHECK ((claim_token IS NULL) = (claimed_revision IS NULL)),
     -- Output belongs to a completed revision.
     CHECK (output IS NULL OR completed_revision IS NOT NULL)
-) WITHOUT ROWID;
+);
 
 -- Claims: the claimable rows only, in claim order, per kind (claims that
 -- name kinds) and across kinds (claims that take any), so a claim reads the

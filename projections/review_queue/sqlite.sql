@@ -21,7 +21,7 @@ CREATE TABLE {{t:review_queue}} (
     -- An open entry is unresolved; a closed one says when it closed.
     CHECK (state <> 'open' OR (resolution IS NULL AND resolved_at IS NULL)),
     CHECK (state NOT IN ('resolved', 'superseded') OR resolved_at IS NOT NULL)
-) WITHOUT ROWID;
+);
 
 CREATE INDEX {{t:review_queue}}_by_state ON {{r:review_queue}} (state, entry_id);
 
