@@ -23,6 +23,15 @@ fn lease(token: &str, processed: i64) -> Lease {
     }
 }
 
+/// A store in a folder of its own; the folder lives as long as the guard.
+async fn fresh_store() -> (tempfile::TempDir, SqliteStore) {
+    let folder = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(SqliteConfig::at(folder.path().join("writer.db")))
+        .await
+        .unwrap();
+    (folder, store)
+}
+
 /// Puts a good lease, then a refused one whose error the work swallows.
 async fn careless_write(store: &SqliteStore, token: &str) -> Result<(), StoreError> {
     let (good, bad) = (lease(token, 1), lease(&format!("{token}-bad"), -1));
@@ -47,10 +56,7 @@ async fn careful_write(store: &SqliteStore, token: &str) -> Result<(), StoreErro
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_write_fails_its_piece_even_when_the_work_ignores_it() {
-    let folder = tempfile::tempdir().unwrap();
-    let store = SqliteStore::open(SqliteConfig::at(folder.path().join("writer.db")))
-        .await
-        .unwrap();
+    let (_folder, store) = fresh_store().await;
     // Alone in its transaction.
     let error = careless_write(&store, "alone").await.unwrap_err();
     assert_eq!(error.kind, ErrorKind::Constraint, "{error}");
@@ -87,10 +93,7 @@ async fn a_failed_write_fails_its_piece_even_when_the_work_ignores_it() {
 /// own, so a single-threaded caller is served as well.
 #[tokio::test(flavor = "current_thread")]
 async fn a_current_thread_runtime_is_served() {
-    let folder = tempfile::tempdir().unwrap();
-    let store = SqliteStore::open(SqliteConfig::at(folder.path().join("writer.db")))
-        .await
-        .unwrap();
+    let (_folder, store) = fresh_store().await;
     for n in 0..20 {
         careful_write(&store, &format!("token-{n}")).await.unwrap();
     }
@@ -106,10 +109,7 @@ async fn a_current_thread_runtime_is_served() {
 /// still completes on the writer thread.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_piece_may_await_a_tokio_timer() {
-    let folder = tempfile::tempdir().unwrap();
-    let store = SqliteStore::open(SqliteConfig::at(folder.path().join("writer.db")))
-        .await
-        .unwrap();
+    let (_folder, store) = fresh_store().await;
     let good = lease("slow", 1);
     store
         .write(move |tx: &mut <SqliteStore as Store>::Tx| {
@@ -205,10 +205,7 @@ async fn piece_sent_meanwhile(
 /// into cohorts; see `LATE_JOIN_WINDOW` in the writer).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_piece_sent_while_a_group_runs_joins_that_groups_commit() {
-    let folder = tempfile::tempdir().unwrap();
-    let store = SqliteStore::open(SqliteConfig::at(folder.path().join("writer.db")))
-        .await
-        .unwrap();
+    let (_folder, store) = fresh_store().await;
     let (go, held) = held_piece(&store, "held", false, false).await;
     let saw_held = piece_sent_meanwhile(&store, go, "held").await.unwrap();
     held.await.unwrap().unwrap();
@@ -221,10 +218,7 @@ async fn a_piece_sent_while_a_group_runs_joins_that_groups_commit() {
 /// arrives meanwhile must wait for a durable commit of its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn durable_work_never_joins_a_liveness_group() {
-    let folder = tempfile::tempdir().unwrap();
-    let store = SqliteStore::open(SqliteConfig::at(folder.path().join("writer.db")))
-        .await
-        .unwrap();
+    let (_folder, store) = fresh_store().await;
     let (go, held) = held_piece(&store, "liveness", true, false).await;
     let saw_held = piece_sent_meanwhile(&store, go, "liveness").await.unwrap();
     held.await.unwrap().unwrap();
@@ -237,10 +231,7 @@ async fn durable_work_never_joins_a_liveness_group() {
 /// writes).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nothing_joins_a_lone_piece_that_failed() {
-    let folder = tempfile::tempdir().unwrap();
-    let store = SqliteStore::open(SqliteConfig::at(folder.path().join("writer.db")))
-        .await
-        .unwrap();
+    let (_folder, store) = fresh_store().await;
     let (go, held) = held_piece(&store, "failed", false, true).await;
     let saw_failed = piece_sent_meanwhile(&store, go, "failed").await.unwrap();
     assert!(held.await.unwrap().is_err());
