@@ -94,6 +94,23 @@ impl From<StopReason> for JobError {
 /// never the other way round), watched by the job and the runtime.
 pub(crate) type StopSender = Arc<watch::Sender<Option<StopReason>>>;
 
+/// Whether a job was told to stop, readable from any thread
+/// ([`Job::stop_signal`]).
+#[derive(Debug, Clone)]
+pub struct StopSignal {
+    stop: watch::Receiver<Option<StopReason>>,
+}
+
+impl StopSignal {
+    /// `Err` once the job was told to stop, like [`Job::checkpoint`].
+    pub fn checkpoint(&self) -> Result<(), JobError> {
+        match self.stop.borrow().clone() {
+            Some(reason) => Err(reason.into()),
+            None => Ok(()),
+        }
+    }
+}
+
 pub(crate) fn trip(stop: &watch::Sender<Option<StopReason>>, reason: StopReason) {
     stop.send_if_modified(move |current| {
         let replace = matches!(
@@ -270,6 +287,16 @@ impl Job {
                 // nothing will trip it any more.
                 None => std::future::pending().await,
             }
+        }
+    }
+
+    /// A handle that blocking work (on another thread, where the job
+    /// cannot go) checks to learn that the job was told to stop, for
+    /// example just before it writes a temporary output the runtime may
+    /// already have cleaned up.
+    pub fn stop_signal(&self) -> StopSignal {
+        StopSignal {
+            stop: self.stop_rx.clone(),
         }
     }
 

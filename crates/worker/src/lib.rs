@@ -49,6 +49,6 @@ mod pool;
 mod task;
 
 pub use files::remove_abandoned_outputs;
-pub use job::{Job, JobError, StopReason, PROGRESS_INTERVAL};
+pub use job::{Job, JobError, StopReason, StopSignal, PROGRESS_INTERVAL};
 pub use pool::{PoolError, PoolReport, WorkerPool, WorkerPoolBuilder};
 pub use task::{Outcome, Task, TaskError};

@@ -201,6 +201,85 @@ async fn a_pool_of_four_workers_drains_every_task_exactly_once() {
     assert_replay_agrees(&engine).await;
 }
 
+/// Hands its job's stop signal to a plain thread, as blocking image work
+/// would, and reports what that thread saw: running, then stopped.
+struct WatchesFromAThread {
+    seen: mpsc::UnboundedSender<&'static str>,
+}
+
+impl Task for WatchesFromAThread {
+    fn kind(&self) -> &'static str {
+        "thumbnail"
+    }
+
+    async fn run(&self, job: &mut Job) -> Result<Outcome, TaskError> {
+        let signal = job.stop_signal();
+        let seen = self.seen.clone();
+        let watcher = std::thread::spawn(move || {
+            if signal.checkpoint().is_ok() {
+                seen.send("running").unwrap();
+            }
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while std::time::Instant::now() < deadline {
+                if let Err(stopped) = signal.checkpoint() {
+                    seen.send(if matches!(stopped, opledger_worker::JobError::Cancelled) {
+                        "cancelled"
+                    } else {
+                        "stopped otherwise"
+                    })
+                    .unwrap();
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            seen.send("never stopped").unwrap();
+        });
+        let reason = job.cancelled().await;
+        let _ = tokio::task::spawn_blocking(move || watcher.join()).await;
+        Err(TaskError::Stopped(reason))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stop_signal_tells_work_on_another_thread_that_its_job_was_cancelled() {
+    let folder = tempfile::tempdir().unwrap();
+    let engine = engine_at(folder.path()).await;
+    let media = register(&engine, 1).await;
+    let operation = request(&engine, media, "thumbnail").await;
+    let (seen, mut seen_rx) = mpsc::unbounded_channel();
+    let pool = WorkerPool::builder(engine.clone(), "signal")
+        .task(WatchesFromAThread { seen })
+        .workers(1)
+        .lease(Duration::from_secs(5))
+        .heartbeat_interval(Duration::from_millis(30))
+        .idle_poll(Duration::from_millis(20))
+        .build()
+        .unwrap();
+    let (shutdown, shutdown_rx) = oneshot::channel::<()>();
+    let running = tokio::spawn(async move {
+        pool.run_until(async {
+            let _ = shutdown_rx.await;
+        })
+        .await
+    });
+    async fn next(rx: &mut mpsc::UnboundedReceiver<&'static str>) -> &'static str {
+        tokio::time::timeout(Duration::from_secs(15), rx.recv())
+            .await
+            .unwrap()
+            .unwrap()
+    }
+    assert_eq!(next(&mut seen_rx).await, "running");
+    engine
+        .cancel_task(&context(), operation, "the user removed the photo")
+        .await
+        .unwrap();
+    assert_eq!(next(&mut seen_rx).await, "cancelled");
+    shutdown.send(()).unwrap();
+    let report = running.await.unwrap().unwrap();
+    assert_eq!((report.executed, report.cancelled), (1, 1));
+    assert_eq!(status_of(&engine, operation).await, OperationStatus::Cancelled);
+}
+
 /// Writes a temporary output, tells the test where, and waits to be told
 /// to stop. It leaves the file for the runtime to remove.
 struct WaitsForCancel {
