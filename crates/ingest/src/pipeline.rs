@@ -11,7 +11,7 @@ use opledger_media::{
     hash_file, read_metadata, resolver_fn, ExecutionCounter, MetadataTask, PerceptualHashTask, Settler, ThumbnailTask,
 };
 use opledger_store::Store;
-use opledger_worker::{Job, Outcome, PoolError, Task, TaskError, WorkerPool};
+use opledger_worker::{ComputeThreads, PoolError, TaskError, WorkerPool};
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
@@ -27,46 +27,10 @@ const CHUNK: usize = 250;
 /// Files whose task states one poll reads at a time (see [`finish_settled`]).
 const SETTLE_WINDOW: usize = 64;
 
-/// Claims the pool holds per image worker (see [`Limited`]).
+/// Claims the pool holds per image worker: enough that the compute threads
+/// always find work queued while other tasks' claims and outcomes commit.
 const CLAIMS_PER_WORKER: usize = 32;
 const MAX_SLOTS: usize = 128;
-
-/// A task that waits for one of a limited number of permits before it
-/// runs: the image work's parallelism, apart from the pool's claims. The
-/// permit goes back once the task waits on the disk only (see
-/// [`Job::hold_compute_share`]).
-struct Limited<T> {
-    inner: T,
-    permits: Arc<tokio::sync::Semaphore>,
-}
-
-impl<T> Limited<T> {
-    fn new(inner: T, permits: &Arc<tokio::sync::Semaphore>) -> Self {
-        Limited {
-            inner,
-            permits: permits.clone(),
-        }
-    }
-}
-
-impl<T: Task> Task for Limited<T> {
-    fn kind(&self) -> &'static str {
-        self.inner.kind()
-    }
-
-    async fn run(&self, job: &mut Job) -> Result<Outcome, TaskError> {
-        let permit = tokio::select! {
-            permit = self.permits.clone().acquire_owned() => permit.map_err(|_| TaskError::retryable("the ingest is shutting down"))?,
-            reason = job.cancelled() => return Err(TaskError::Stopped(reason)),
-        };
-        // The job gives the permit back as soon as the task only waits on
-        // the disk (committing its output); the rest of the time it holds it.
-        job.hold_compute_share(permit);
-        let result = self.inner.run(job).await;
-        job.release_compute_share();
-        result
-    }
-}
 
 /// How an ingest runs.
 #[derive(Debug, Clone)]
@@ -372,25 +336,30 @@ pub async fn ingest<S: Store>(
                 .map_err(|error| TaskError::retryable(format!("finding media {media_id}: {error}")))
         }
     });
-    // `workers` tasks do image work at once (the CPU's share); the pool
-    // holds several times as many claims, so a task's two durable commits
-    // (claim, completion) overlap other tasks' work and group-commit with
-    // theirs instead of leaving the CPU idle while the disk syncs.
-    let permits = Arc::new(tokio::sync::Semaphore::new(options.workers.max(1)));
+    // `workers` threads do the image work (the CPU's share), taking the
+    // tasks' closures in turn; the pool holds several times as many claims,
+    // so a task's two durable commits (claim, completion) overlap other
+    // tasks' work and group-commit with theirs instead of leaving the CPU
+    // idle while the disk syncs.
+    let compute = ComputeThreads::new(options.workers, "opledger-image")
+        .map_err(|error| IngestError::Io(format!("starting the image threads: {error}")))?;
     let slots = (options.workers.max(1) * CLAIMS_PER_WORKER).min(MAX_SLOTS);
     let pool = WorkerPool::builder(engine.clone(), worker.clone())
-        .task(Limited::new(
-            MetadataTask::new(resolver.clone()).with_counter(executions.clone()),
-            &permits,
-        ))
-        .task(Limited::new(
-            ThumbnailTask::new(resolver.clone(), options.thumbnails_dir.clone()).with_counter(executions.clone()),
-            &permits,
-        ))
-        .task(Limited::new(
-            PerceptualHashTask::new(resolver).with_counter(executions.clone()),
-            &permits,
-        ))
+        .task(
+            MetadataTask::new(resolver.clone())
+                .with_counter(executions.clone())
+                .on_compute_threads(compute.clone()),
+        )
+        .task(
+            ThumbnailTask::new(resolver.clone(), options.thumbnails_dir.clone())
+                .with_counter(executions.clone())
+                .on_compute_threads(compute.clone()),
+        )
+        .task(
+            PerceptualHashTask::new(resolver)
+                .with_counter(executions.clone())
+                .on_compute_threads(compute.clone()),
+        )
         .workers(slots)
         .lease(options.lease)
         .heartbeat_interval(options.lease / 4)
@@ -410,7 +379,10 @@ pub async fn ingest<S: Store>(
     let result = drive(
         &engine,
         &context,
-        &options,
+        &FileReading {
+            settler: Settler::new(options.settle_quiet).with_poll(options.settle_quiet / 5),
+            compute: compute.clone(),
+        },
         claims,
         settled_count,
         progress.as_ref(),
@@ -524,20 +496,26 @@ fn is_companion(path: &Path, exclude: &[PathBuf]) -> bool {
     })
 }
 
+/// How a run reads files: waiting for those still being written, then
+/// hashing and parsing on the image threads.
+struct FileReading {
+    settler: Settler,
+    compute: ComputeThreads,
+}
+
 /// Moves every claimed file through its stages, runs until every file's
 /// tasks have settled, and finishes each ingestion. Returns the task
 /// operations created and the files whose tasks failed for good.
 async fn drive<S: Store>(
     engine: &Engine<S>,
     context: &CommandContext,
-    options: &IngestOptions,
+    reading: &FileReading,
     claims: Vec<IngestionClaim>,
     mut settled: usize,
     progress: &dyn IngestProgress,
     known_paths: &KnownPaths,
 ) -> Result<(usize, usize), IngestError> {
-    let settler = Settler::new(options.settle_quiet).with_poll(options.settle_quiet / 5);
-    let parallel = options.workers.max(1);
+    let settler = &reading.settler;
     let mut created_tasks = 0;
     let mut failed = 0;
     let mut in_flight: Vec<InFlight> = Vec::new();
@@ -566,8 +544,7 @@ async fn drive<S: Store>(
         }
     }
     for chunk in chunks(ready, CHUNK) {
-        let (registered, created, unreadable) =
-            register(engine, context, known_paths, chunk, parallel, &settler, false).await?;
+        let (registered, created, unreadable) = register(engine, context, known_paths, chunk, reading, false).await?;
         created_tasks += created;
         settled += unreadable;
         failed += unreadable;
@@ -583,8 +560,7 @@ async fn drive<S: Store>(
         "files settled at a glance registered"
     );
     if !slow.is_empty() {
-        let (registered, created, unreadable) =
-            register(engine, context, known_paths, slow, parallel, &settler, true).await?;
+        let (registered, created, unreadable) = register(engine, context, known_paths, slow, reading, true).await?;
         created_tasks += created;
         settled += unreadable;
         failed += unreadable;
@@ -592,8 +568,7 @@ async fn drive<S: Store>(
     }
     // Resumed files registered by a run that died: find their tasks.
     if !waiting.is_empty() {
-        let (registered, created, unreadable) =
-            register(engine, context, known_paths, waiting, parallel, &settler, false).await?;
+        let (registered, created, unreadable) = register(engine, context, known_paths, waiting, reading, false).await?;
         created_tasks += created;
         settled += unreadable;
         failed += unreadable;
@@ -621,17 +596,18 @@ fn chunks<T>(items: Vec<T>, size: usize) -> Vec<Vec<T>> {
 }
 
 /// Hashing, parsing and registration of a group of files: stage `hashing`
-/// in one transaction, the reads in parallel (waiting for files still being
-/// written when `watch`), then `parsing`, `registered`, the media items and
-/// their task requests in another. Files that cannot be read end their
-/// ingestion `failed_terminal` with the reason.
+/// in one transaction, the reads on the compute threads (all queued at
+/// once, so the threads go from one file to the next without waiting;
+/// files still being written are first waited for when `watch`), then
+/// `parsing`, `registered`, the media items and their task requests in
+/// another. Files that cannot be read end their ingestion
+/// `failed_terminal` with the reason.
 async fn register<S: Store>(
     engine: &Engine<S>,
     context: &CommandContext,
     known_paths: &KnownPaths,
     files: Vec<InFlight>,
-    parallel: usize,
-    settler: &Settler,
+    reading: &FileReading,
     watch: bool,
 ) -> Result<(Vec<InFlight>, usize, usize), IngestError> {
     if files.is_empty() {
@@ -644,9 +620,11 @@ async fn register<S: Store>(
             .ingestion_stage(context, &claims, IngestionStage::Settling)
             .await?;
     }
+    let queued = files.len();
     let read: Vec<(InFlight, Result<FileRead, String>)> = futures::stream::iter(files)
         .map(|file| {
-            let settler = settler.clone();
+            let settler = reading.settler.clone();
+            let compute = reading.compute.clone();
             async move {
                 let path = file.path.clone();
                 let result = async {
@@ -656,15 +634,16 @@ async fn register<S: Store>(
                             .await
                             .map_err(|error| format!("{} did not settle: {error}", path.display()))?;
                     }
-                    tokio::task::spawn_blocking(move || read_file(&path))
+                    compute
+                        .run(move || read_file(&path))
                         .await
-                        .map_err(|error| format!("reading panicked: {error}"))?
+                        .map_err(|error| format!("reading did not finish: {error}"))?
                 }
                 .await;
                 (file, result)
             }
         })
-        .buffer_unordered(parallel)
+        .buffer_unordered(queued)
         .collect()
         .await;
     engine

@@ -46,7 +46,7 @@ use crate::hash::{sha256_hex, DIGEST_PREFIX};
 use crate::image_ops::{decode_image, encode_image, image_metadata, thumbnail, ThumbnailFormat};
 use futures::future::BoxFuture;
 use opledger_domain::MediaId;
-use opledger_worker::{Job, JobError, Outcome, Task, TaskError};
+use opledger_worker::{ComputeThreads, Job, JobError, Outcome, Task, TaskError};
 use serde_json::{json, Value};
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -95,11 +95,14 @@ where
     Arc::new(FnResolver(resolve))
 }
 
-/// What every image task shares: how to find the file, and the counter.
+/// What every image task shares: how to find the file, the counter, and
+/// where its CPU work runs.
 #[derive(Clone)]
 struct Source {
     resolver: Arc<dyn PathResolver>,
     executions: Option<ExecutionCounter>,
+    /// The threads the work runs on; without them, tokio's blocking pool.
+    compute: Option<ComputeThreads>,
 }
 
 impl Source {
@@ -107,6 +110,7 @@ impl Source {
         Source {
             resolver,
             executions: None,
+            compute: None,
         }
     }
 
@@ -117,9 +121,9 @@ impl Source {
         }
     }
 
-    /// Steps 2 to 4 of the module documentation: finds the file, then on
-    /// one blocking-pool thread reads it, checks its digest and runs
-    /// `work` on the checked bytes. Returns the file's path and what
+    /// Steps 2 to 4 of the module documentation: finds the file, then in
+    /// one closure on a compute thread reads it, checks its digest and
+    /// runs `work` on the checked bytes. Returns the file's path and what
     /// `work` returned.
     async fn run_checked<T, F>(&self, job: &Job, work: F) -> Result<(PathBuf, T), TaskError>
     where
@@ -136,31 +140,69 @@ impl Source {
         let path = self.resolver.resolve(media).await?;
         job.checkpoint()?;
         let reading = path.clone();
-        let checked = off_thread(job, move || {
-            let bytes = std::fs::read(&reading)?;
-            let actual = sha256_hex(&bytes);
-            if !actual.eq_ignore_ascii_case(&expected) {
-                return Ok::<_, std::io::Error>(Err(Mismatch { expected, actual }));
-            }
-            Ok(Ok(work(&bytes)))
-        })
-        .await?
-        .map_err(|error| TaskError::retryable(format!("reading {}: {error}", path.display())))?;
+        let stop = job.stop_signal();
+        let checked = self
+            .off_thread(job, move || {
+                // Work queued behind others may start after its job was
+                // told to stop: nobody waits for it any more.
+                if let Err(stopped) = stop.checkpoint() {
+                    return Ok(Checked::Stopped(stopped));
+                }
+                let bytes = std::fs::read(&reading)?;
+                let actual = sha256_hex(&bytes);
+                if !actual.eq_ignore_ascii_case(&expected) {
+                    return Ok::<_, std::io::Error>(Checked::Mismatch { expected, actual });
+                }
+                Ok(Checked::Done(work(&bytes)))
+            })
+            .await?
+            .map_err(|error| TaskError::retryable(format!("reading {}: {error}", path.display())))?;
         match checked {
-            Ok(output) => Ok((path, output)),
-            Err(Mismatch { expected, actual }) => Err(TaskError::retryable(format!(
+            Checked::Done(output) => Ok((path, output)),
+            Checked::Stopped(stopped) => Err(stopped.into()),
+            Checked::Mismatch { expected, actual } => Err(TaskError::retryable(format!(
                 "content changed since this revision was requested: expected {DIGEST_PREFIX}{expected}, \
                  the file now has {DIGEST_PREFIX}{actual} (file {}); a new scan requests a revision for it",
                 path.display()
             ))),
         }
     }
+
+    /// Runs blocking work on the compute threads (or tokio's blocking
+    /// pool); returns early with [`TaskError::Stopped`] if the job is told
+    /// to stop meanwhile (the work finishes in the background and its
+    /// result is dropped).
+    async fn off_thread<T, F>(&self, job: &Job, work: F) -> Result<T, TaskError>
+    where
+        T: Send + 'static,
+        F: FnOnce() -> T + Send + 'static,
+    {
+        let stopped = job.cancelled();
+        let done = async {
+            match &self.compute {
+                Some(threads) => threads.run(work).await.map_err(|error| error.to_string()),
+                None => tokio::task::spawn_blocking(work)
+                    .await
+                    .map_err(|error| error.to_string()),
+            }
+        };
+        tokio::select! {
+            done = done => done.map_err(|error| TaskError::retryable(format!("image work did not finish: {error}"))),
+            reason = stopped => Err(TaskError::Stopped(reason)),
+        }
+    }
 }
 
-/// The digest a claim expected and the one its file has now.
-struct Mismatch {
-    expected: String,
-    actual: String,
+/// What the closure of [`Source::run_checked`] found.
+enum Checked<T> {
+    Done(T),
+    /// The digest the claim expected and the one its file has now.
+    Mismatch {
+        expected: String,
+        actual: String,
+    },
+    /// The job was told to stop before the work began.
+    Stopped(JobError),
 }
 
 /// The hex SHA-256 the claim's `content_digest` names (`sha256:<hex>`, or
@@ -179,22 +221,6 @@ fn expected_sha256(inputs: &Value) -> Result<String, TaskError> {
         )));
     }
     Ok(hex.to_ascii_lowercase())
-}
-
-/// Runs blocking work on tokio's blocking pool; returns early with
-/// [`TaskError::Stopped`] if the job is told to stop meanwhile (the work
-/// finishes in the background and its result is dropped).
-async fn off_thread<T, F>(job: &Job, work: F) -> Result<T, TaskError>
-where
-    T: Send + 'static,
-    F: FnOnce() -> T + Send + 'static,
-{
-    let stopped = job.cancelled();
-    let handle = tokio::task::spawn_blocking(work);
-    tokio::select! {
-        joined = handle => joined.map_err(|error| TaskError::retryable(format!("image work did not finish: {error}"))),
-        reason = stopped => Err(TaskError::Stopped(reason)),
-    }
 }
 
 /// A media error as a task error, naming the file: I/O is retryable,
@@ -234,6 +260,13 @@ impl MetadataTask {
 
     pub fn with_counter(mut self, executions: ExecutionCounter) -> Self {
         self.source.executions = Some(executions);
+        self
+    }
+
+    /// Runs the image work on `threads` instead of tokio's blocking pool,
+    /// so no more images are decoded at once than it has threads.
+    pub fn on_compute_threads(mut self, threads: ComputeThreads) -> Self {
+        self.source.compute = Some(threads);
         self
     }
 
@@ -302,6 +335,13 @@ impl ThumbnailTask {
 
     pub fn with_counter(mut self, executions: ExecutionCounter) -> Self {
         self.source.executions = Some(executions);
+        self
+    }
+
+    /// Runs the image work on `threads` instead of tokio's blocking pool,
+    /// so no more images are decoded at once than it has threads.
+    pub fn on_compute_threads(mut self, threads: ComputeThreads) -> Self {
+        self.source.compute = Some(threads);
         self
     }
 
@@ -403,6 +443,13 @@ impl PerceptualHashTask {
 
     pub fn with_counter(mut self, executions: ExecutionCounter) -> Self {
         self.source.executions = Some(executions);
+        self
+    }
+
+    /// Runs the image work on `threads` instead of tokio's blocking pool,
+    /// so no more images are decoded at once than it has threads.
+    pub fn on_compute_threads(mut self, threads: ComputeThreads) -> Self {
+        self.source.compute = Some(threads);
         self
     }
 }

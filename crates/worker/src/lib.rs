@@ -43,11 +43,13 @@
 //! ```
 
 mod backend;
+mod compute;
 mod files;
 mod job;
 mod pool;
 mod task;
 
+pub use compute::{ComputeError, ComputeThreads};
 pub use files::remove_abandoned_outputs;
 pub use job::{Job, JobError, StopReason, StopSignal, PROGRESS_INTERVAL};
 pub use pool::{PoolError, PoolReport, WorkerPool, WorkerPoolBuilder};
