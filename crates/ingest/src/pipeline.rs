@@ -24,6 +24,10 @@ use thiserror::Error;
 /// Files per transaction when starting, moving and finishing ingestions.
 const CHUNK: usize = 250;
 
+/// Files registered before the first tasks are requested: few, so the image
+/// threads start on tasks while the next, larger chunks are read.
+const FIRST_CHUNK: usize = 32;
+
 /// Files whose task states one poll reads at a time (see [`finish_settled`]).
 const SETTLE_WINDOW: usize = 64;
 
@@ -543,7 +547,7 @@ async fn drive<S: Store>(
             _ => slow.push(file),
         }
     }
-    for chunk in chunks(ready, CHUNK) {
+    for chunk in growing_chunks(ready, FIRST_CHUNK, CHUNK) {
         let (registered, created, unreadable) = register(engine, context, known_paths, chunk, reading, false).await?;
         created_tasks += created;
         settled += unreadable;
@@ -580,10 +584,25 @@ async fn drive<S: Store>(
         failed += fails;
         progress.settled(settled, failed);
         if !in_flight.is_empty() {
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            // The last files are polled more often: the run ends when they
+            // settle, and nothing else is left to do meanwhile.
+            let poll = if in_flight.len() <= SETTLE_WINDOW { 20 } else { 100 };
+            tokio::time::sleep(Duration::from_millis(poll)).await;
         }
     }
     Ok((created_tasks, failed))
+}
+
+/// Chunks of `first` items, then twice as many each time up to `size`.
+fn growing_chunks<T>(items: Vec<T>, first: usize, size: usize) -> Vec<Vec<T>> {
+    let mut out = Vec::new();
+    let mut next = first.clamp(1, size.max(1));
+    let mut items = items.into_iter().peekable();
+    while items.peek().is_some() {
+        out.push(items.by_ref().take(next).collect());
+        next = (next * 2).min(size.max(1));
+    }
+    out
 }
 
 fn chunks<T>(items: Vec<T>, size: usize) -> Vec<Vec<T>> {
@@ -794,4 +813,24 @@ async fn finish_settled<S: Store>(
         engine.finish_ingestions(context, chunk).await?;
     }
     Ok((done, failed))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registration_chunks_start_small_and_double_up_to_the_chunk_size() {
+        let sizes: Vec<usize> = growing_chunks((0..1000).collect::<Vec<_>>(), 32, 250)
+            .iter()
+            .map(Vec::len)
+            .collect();
+        assert_eq!(sizes, vec![32, 64, 128, 250, 250, 250, 26]);
+        let flattened: Vec<i32> = growing_chunks((0..1000).collect::<Vec<_>>(), 32, 250)
+            .into_iter()
+            .flatten()
+            .collect();
+        assert_eq!(flattened, (0..1000).collect::<Vec<_>>(), "every file once, in order");
+        assert!(growing_chunks(Vec::<i32>::new(), 32, 250).is_empty());
+    }
 }
