@@ -25,11 +25,12 @@
 //!    told to stop.
 //!
 //! Steps 3 and 4 (and writing a thumbnail's temporary file) run as one
-//! closure on tokio's blocking pool, not one trip there per step. *Why:*
-//! each trip wakes a pool thread and then the task, and while a task holds
-//! the CPU permit an ingest gives it those wake-ups are idle CPU; with
-//! three trips a task they came to about a fifth of the permit's time in
-//! a 1,000-file ingest, and the bytes went cold between threads.
+//! closure, on the [`ComputeThreads`] the task was given
+//! (`on_compute_threads`, as the ingest does) or else on tokio's blocking
+//! pool: one trip off the async runtime per task, not one per step. *Why:*
+//! each trip wakes a thread and then the task; with three trips a task,
+//! those wake-ups were about a fifth of the time an ingest's image work
+//! held the CPU, and the bytes went cold between threads.
 //!
 //! Failures: an unreadable file is retryable (I/O); bytes that are not a
 //! decodable image (corrupt, truncated, a text file named `.jpg`) and

@@ -12,7 +12,7 @@
 //! waiting for anybody, while the tasks whose closures are done report
 //! their outcomes beside it.
 
-use std::any::Any;
+use crate::pool::panic_message;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -89,21 +89,12 @@ impl ComputeThreads {
     {
         let (answer, answered) = tokio::sync::oneshot::channel();
         let job: Work = Box::new(move || {
-            let result = catch_unwind(AssertUnwindSafe(work)).map_err(|panic| ComputeError::Panicked(message(&*panic)));
+            let result =
+                catch_unwind(AssertUnwindSafe(work)).map_err(|panic| ComputeError::Panicked(panic_message(&*panic)));
             let _ = answer.send(result);
         });
         self.queue.send(job).map_err(|_| ComputeError::Gone)?;
         answered.await.map_err(|_| ComputeError::Gone)?
-    }
-}
-
-fn message(panic: &(dyn Any + Send)) -> String {
-    if let Some(text) = panic.downcast_ref::<&str>() {
-        (*text).to_string()
-    } else if let Some(text) = panic.downcast_ref::<String>() {
-        text.clone()
-    } else {
-        "a panic without a message".to_string()
     }
 }
 

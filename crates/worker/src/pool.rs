@@ -721,7 +721,8 @@ async fn run_task(task: &dyn DynTask, job: &mut Job, grace: Duration) -> Ran {
     }
 }
 
-fn panic_message(payload: &(dyn Any + Send)) -> String {
+/// The text a panic carried, for the failure it becomes.
+pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
     if let Some(text) = payload.downcast_ref::<&str>() {
         (*text).to_string()
     } else if let Some(text) = payload.downcast_ref::<String>() {
