@@ -8,7 +8,7 @@ use opledger_domain::events::Event;
 use opledger_domain::{MediaId, OperationId, OperationStatus, Timestamp};
 use opledger_engine::{Clock, CommandContext, Engine, FixedClock, FixedJitter, TaskRequest, TaskTarget, UuidV7Ids};
 use opledger_store_sqlite::{SqliteConfig, SqliteStore};
-use opledger_worker::{Job, JobError, Outcome, StopReason, Task, TaskError, WorkerPool};
+use opledger_worker::{Job, JobError, Outcome, PoolError, PoolReport, StopReason, Task, TaskError, WorkerPool};
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -201,6 +201,34 @@ async fn a_pool_of_four_workers_drains_every_task_exactly_once() {
     assert_replay_agrees(&engine).await;
 }
 
+/// Runs one worker of `task` with a short heartbeat (so a cancel request
+/// reaches the task quickly) until the returned sender is used.
+fn one_watchful_worker<T: Task>(
+    engine: &Engine<SqliteStore>,
+    name: &str,
+    task: T,
+) -> (
+    oneshot::Sender<()>,
+    tokio::task::JoinHandle<Result<PoolReport, PoolError>>,
+) {
+    let pool = WorkerPool::builder(engine.clone(), name)
+        .task(task)
+        .workers(1)
+        .lease(Duration::from_secs(5))
+        .heartbeat_interval(Duration::from_millis(30))
+        .idle_poll(Duration::from_millis(20))
+        .build()
+        .unwrap();
+    let (shutdown, shutdown_rx) = oneshot::channel::<()>();
+    let running = tokio::spawn(async move {
+        pool.run_until(async {
+            let _ = shutdown_rx.await;
+        })
+        .await
+    });
+    (shutdown, running)
+}
+
 /// Hands its job's stop signal to a plain thread, as blocking image work
 /// would, and reports what that thread saw: running, then stopped.
 struct WatchesFromAThread {
@@ -247,21 +275,7 @@ async fn a_stop_signal_tells_work_on_another_thread_that_its_job_was_cancelled()
     let media = register(&engine, 1).await;
     let operation = request(&engine, media, "thumbnail").await;
     let (seen, mut seen_rx) = mpsc::unbounded_channel();
-    let pool = WorkerPool::builder(engine.clone(), "signal")
-        .task(WatchesFromAThread { seen })
-        .workers(1)
-        .lease(Duration::from_secs(5))
-        .heartbeat_interval(Duration::from_millis(30))
-        .idle_poll(Duration::from_millis(20))
-        .build()
-        .unwrap();
-    let (shutdown, shutdown_rx) = oneshot::channel::<()>();
-    let running = tokio::spawn(async move {
-        pool.run_until(async {
-            let _ = shutdown_rx.await;
-        })
-        .await
-    });
+    let (shutdown, running) = one_watchful_worker(&engine, "signal", WatchesFromAThread { seen });
     async fn next(rx: &mut mpsc::UnboundedReceiver<&'static str>) -> &'static str {
         tokio::time::timeout(Duration::from_secs(15), rx.recv())
             .await
@@ -309,24 +323,14 @@ async fn cancellation_reaches_a_running_task_and_cancelled_is_recorded_after_cle
     let media = register(&engine, 1).await;
     let operation = request(&engine, media, "thumbnail").await;
     let (written, mut written_rx) = mpsc::unbounded_channel();
-    let pool = WorkerPool::builder(engine.clone(), "cancel")
-        .task(WaitsForCancel {
+    let (shutdown, running) = one_watchful_worker(
+        &engine,
+        "cancel",
+        WaitsForCancel {
             outputs: folder.path().to_path_buf(),
             written,
-        })
-        .workers(1)
-        .lease(Duration::from_secs(5))
-        .heartbeat_interval(Duration::from_millis(30))
-        .idle_poll(Duration::from_millis(20))
-        .build()
-        .unwrap();
-    let (shutdown, shutdown_rx) = oneshot::channel::<()>();
-    let running = tokio::spawn(async move {
-        pool.run_until(async {
-            let _ = shutdown_rx.await;
-        })
-        .await
-    });
+        },
+    );
 
     let temporary = tokio::time::timeout(Duration::from_secs(10), written_rx.recv())
         .await
