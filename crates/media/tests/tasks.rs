@@ -12,7 +12,7 @@ use opledger_media::{
     PerceptualHashTask, SampleOptions, ThumbnailTask,
 };
 use opledger_store_sqlite::{SqliteConfig, SqliteStore};
-use opledger_worker::{TaskError, WorkerPool};
+use opledger_worker::{ComputeThreads, TaskError, WorkerPool};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -386,4 +386,87 @@ async fn inputs_the_tasks_cannot_honour_are_terminal_and_still_counted() {
         let error = view.state.last_error.unwrap_or_default();
         assert!(error.contains(expected), "{kind}: {error}");
     }
+}
+
+/// A thumbnail task whose closure waits in the compute threads' queue when
+/// its job is cancelled: the job stops without it, and when the closure's
+/// turn comes it must leave nothing behind (no temporary file the runtime
+/// already cleaned up for, no thumbnail).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_task_whose_work_was_still_queued_leaves_no_file_behind() {
+    let folder = tempfile::tempdir().unwrap();
+    let photos = folder.path().join("photos");
+    let thumbnails = folder.path().join("thumbnails");
+    let samples = generate_samples_with(&photos, &SampleOptions::new(1, 7)).unwrap();
+    let engine = engine_at(folder.path()).await;
+    let paths: Paths = Arc::default();
+    let media = register(&engine, &paths, &samples.images[0]).await;
+    let operation = engine
+        .request_task(
+            &context(),
+            TaskRequest {
+                target: TaskTarget::Media(media),
+                kind: "thumbnail".into(),
+                inputs: inputs_for("thumbnail", "png"),
+                priority: 0,
+            },
+        )
+        .await
+        .unwrap()
+        .operation_id;
+
+    // The one compute thread is busy until the test lets it go.
+    let threads = ComputeThreads::new(1, "test-image").unwrap();
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let blocker = {
+        let threads = threads.clone();
+        tokio::spawn(async move { threads.run(move || released.recv().ok()).await })
+    };
+    let pool = WorkerPool::builder(engine.clone(), "queued")
+        .task(ThumbnailTask::new(resolver(&paths), &thumbnails).on_compute_threads(threads.clone()))
+        .workers(1)
+        .lease(Duration::from_secs(5))
+        .heartbeat_interval(Duration::from_millis(30))
+        .idle_poll(Duration::from_millis(20))
+        .build()
+        .unwrap();
+    let (shutdown, shutdown_rx) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(async move {
+        pool.run_until(async {
+            let _ = shutdown_rx.await;
+        })
+        .await
+    });
+
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while engine
+        .task_by_operation(operation)
+        .await
+        .unwrap()
+        .unwrap()
+        .lease
+        .is_none()
+    {
+        assert!(tokio::time::Instant::now() < deadline, "the task was never claimed");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    engine
+        .cancel_task(&context(), operation, "the user removed the photo")
+        .await
+        .unwrap();
+    while engine.task_by_operation(operation).await.unwrap().unwrap().state.status != OperationStatus::Cancelled {
+        assert!(tokio::time::Instant::now() < deadline, "the task was never cancelled");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+
+    // Now the queued closure gets its turn; one queued after it tells when
+    // it is done.
+    release.send(()).unwrap();
+    blocker.await.unwrap().unwrap();
+    threads.run(|| ()).await.unwrap();
+    assert_eq!(files_in(&thumbnails), Vec::<PathBuf>::new());
+
+    shutdown.send(()).unwrap();
+    let report = running.await.unwrap().unwrap();
+    assert_eq!((report.executed, report.cancelled, report.completed), (1, 1, 0));
 }
