@@ -247,6 +247,26 @@ fn per_second(count: u64, elapsed: Duration) -> f64 {
     count as f64 / elapsed.as_secs_f64().max(1e-9)
 }
 
+/// The events a run appended after `from`, read back from the log as the
+/// rows of the append floor.
+pub(crate) async fn logged_floor_rows<S: Store>(store: &S, from: i64) -> anyhow::Result<Vec<FloorRow>> {
+    let mut rows = Vec::new();
+    let mut events = store.read_all(from, 10_000);
+    while let Some(envelope) = futures::StreamExt::next(&mut events).await {
+        let envelope = envelope?;
+        rows.push(FloorRow {
+            stream_id: envelope.stream_id.to_string(),
+            stream_version: envelope.stream_version,
+            event_type: envelope.event.event_type(),
+            payload: envelope.event.payload_json(),
+            recorded_at: envelope.recorded_at.to_rfc3339(),
+            actor: envelope.actor.clone(),
+            correlation_id: envelope.correlation_id.clone(),
+        });
+    }
+    Ok(rows)
+}
+
 fn floor_rows(appends: &[opledger_store::StreamAppend]) -> Vec<FloorRow> {
     let mut rows = Vec::new();
     for append in appends {
@@ -398,20 +418,7 @@ async fn lifecycle<B: BenchBackend>(backend: &B, args: &BenchArgs) -> anyhow::Re
         let head_before = engine.store().head().await?;
         let run = opledger_engine::bench::run_task_lifecycle(&engine, &media, workers.max(1), args.claim_batch).await?;
         // The floor inserts the very events this run appended.
-        let mut rows = Vec::new();
-        let mut events = engine.store().read_all(head_before, 10_000);
-        while let Some(envelope) = futures::StreamExt::next(&mut events).await {
-            let envelope = envelope?;
-            rows.push(FloorRow {
-                stream_id: envelope.stream_id.to_string(),
-                stream_version: envelope.stream_version,
-                event_type: envelope.event.event_type(),
-                payload: envelope.event.payload_json(),
-                recorded_at: envelope.recorded_at.to_rfc3339(),
-                actor: envelope.actor.clone(),
-                correlation_id: envelope.correlation_id.clone(),
-            });
-        }
+        let rows = logged_floor_rows(engine.store(), head_before).await?;
         drop(engine);
         let floor_store = backend.fresh_store("lifecycle_floor").await?;
         let floor_elapsed = backend.plain_inserts(&floor_store, &rows, 100).await?;

@@ -2,7 +2,8 @@
 //! PNG/JPEG files (and corrupt ones), a real SQLite file, real processes
 //! killed with SIGKILL. Checks the summary's counts, the thumbnails, the
 //! capability states, the review queue, idempotence, change, crash-resume,
-//! settling of a file still being written, and `replay --verify` after each.
+//! settling of a file still being written, and `replay --verify` after each;
+//! and what `opledger bench ingest` reports beside its figures.
 
 use futures::TryStreamExt;
 use opledger_domain::projections::{CapabilityRow, Row, CAPABILITY_STATES_TABLE};
@@ -397,4 +398,62 @@ async fn a_file_still_being_written_is_not_hashed_until_it_settles() {
     );
     drop(engine);
     verify(dir.path());
+}
+
+/// `opledger bench ingest` measures the ledger against two floors: the
+/// image work alone, and the bare INSERTs of the events each round
+/// appended. The events are read back from the round's own log, so they
+/// cover every task the round ran; the bound that follows from them is
+/// given only when the workers fill every core.
+#[test]
+fn bench_ingest_reports_the_rounds_events_and_their_plain_insert_floor() {
+    let dir = tempfile::tempdir().unwrap();
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let workers = format!("1,{cores}");
+    let output = opledger(dir.path())
+        .args([
+            "bench",
+            "ingest",
+            "--files",
+            "24",
+            "--rounds",
+            "1",
+            "--json",
+            "--workers",
+            &workers,
+        ])
+        .arg("--dir")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    let report: Value =
+        serde_json::from_slice(&output.stdout).unwrap_or_else(|error| panic!("{error}: {}", describe(&output)));
+    assert_eq!(report["cores"].as_u64(), Some(cores as u64), "{report}");
+    let runs = report["runs"].as_array().expect("runs");
+    assert_eq!(runs.len(), 2, "{report}");
+    for run in runs {
+        let workers = run["workers"].as_u64().expect("workers") as usize;
+        let tasks_run = run["tasks_run"].as_u64().expect("tasks_run");
+        let events = run["events"].as_u64().expect("events");
+        assert!(tasks_run >= 3 * 20, "{run}");
+        // Every task is at least requested, claimed and ended by an event
+        // of its own, and every file has stage changes besides.
+        assert!(events > 3 * tasks_run, "{run}");
+        let insert_floor = run["events_insert_floor_seconds"]
+            .as_f64()
+            .expect("events_insert_floor_seconds");
+        assert!(insert_floor > 0.0, "{run}");
+        let bound = &run["ledger_share_if_it_only_inserted_its_events"];
+        if workers >= cores {
+            let bound = bound
+                .as_f64()
+                .unwrap_or_else(|| panic!("no bound with every core busy: {run}"));
+            assert!(bound > 0.0 && bound < 1.0, "{run}");
+        } else {
+            assert!(bound.is_null(), "a bound with an idle core: {run}");
+        }
+    }
+    // The rounds' folders are gone; the generated photos stay for the next run.
+    assert!(!dir.path().join("ingest-runs").exists());
 }
