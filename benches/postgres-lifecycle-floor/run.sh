@@ -27,10 +27,14 @@
 #        batch is set to the same), CLIENTS (default "1 2").
 # Prints one JSON object per line. Needs psql, pgbench and jq.
 set -euo pipefail
+for tool in psql pgbench jq; do
+    command -v "$tool" >/dev/null || { echo "run.sh needs $tool on PATH" >&2; exit 2; }
+done
 here=$(cd "$(dirname "$0")" && pwd)
 rounds=${1:-3}
 seconds=${2:-8}
 opledger=${OPLEDGER:-target/release/opledger}
+[ -x "$opledger" ] || { echo "no opledger binary at $opledger (cargo build --release, or set OPLEDGER)" >&2; exit 2; }
 server=${SERVER:-postgres://postgres@127.0.0.1:5432}
 clients=${CLIENTS:-1 2}
 sizes=${TASKS:-32 128}
