@@ -53,6 +53,7 @@ pub async fn ingest_workload(template: &SqliteConfig, dir: &Path, args: &BenchAr
     let files = generate_samples(&photos, args.files, 11)?;
     // Settled long ago as far as the quiet period is concerned.
     tokio::time::sleep(Duration::from_millis(600)).await;
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
     let mut runs = Vec::new();
     for &workers in &args.workers {
         // Ingest and floor alternate round by round, so a drift of the
@@ -108,7 +109,6 @@ pub async fn ingest_workload(template: &SqliteConfig, dir: &Path, args: &BenchAr
         // the bare INSERTs of its events, spread evenly over the cores,
         // would then take this share; with fewer workers than cores it
         // could hide on an idle core, and no such bound follows.
-        let cores = std::thread::available_parallelism().map_or(1, usize::from);
         let share_bound = (workers >= cores).then(|| {
             let added = events_floor / cores as f64;
             round3(added / (floor + added))
@@ -134,7 +134,7 @@ pub async fn ingest_workload(template: &SqliteConfig, dir: &Path, args: &BenchAr
         "backend": "sqlite",
         "files": files.len(),
         "runs": runs,
-        "cores": std::thread::available_parallelism().map_or(1, usize::from),
+        "cores": cores,
         "floor": "the same image work without the ledger on as many threads (every file queued at once): per file one SHA-256 read, then per task a read, a SHA-256 check and a decode, plus the thumbnail's shrink, PNG encode and write and the dHash",
         "events_floor": "the events each round appended, read back and inserted as plain multi-row INSERTs, 100 a transaction, into a table with the log's columns and stream index (no triggers, no projections, same synchronous setting); ledger_share_if_it_only_inserted_its_events is (events_floor / cores) / (image floor + events_floor / cores), given when the workers fill every core",
     }))
