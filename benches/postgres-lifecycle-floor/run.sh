@@ -61,7 +61,7 @@ for round in $(seq 1 "$rounds"); do
             psql "$server/postgres" -qtAc "CREATE DATABASE $database" >/dev/null
             # opledger creates its schema (migrations and projection tables).
             "$opledger" --database-url "$server/$database" status >/dev/null
-            psql "$server/$database" -q -f "$here/setup.sql" >/dev/null
+            psql "$server/$database" -q -v ON_ERROR_STOP=1 -f "$here/setup.sql" >/dev/null
             psql "$server/postgres" -qtAc "CHECKPOINT" >/dev/null
             tps=$(pgbench "$server/$database" -n -D tasks="$tasks" -f "$here/lifecycle.sql" -c "$count" \
                 -j $((count < 2 ? 1 : 2)) -T "$seconds" 2>/dev/null | awk '/^tps/ {print $3}')
