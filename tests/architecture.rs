@@ -200,6 +200,20 @@ fn files_under(dir: &Path, found: &mut Vec<PathBuf>) {
     }
 }
 
+/// Every file under a crate's source folder (`relative` to the workspace),
+/// which must hold a `lib.rs`: a scan that finds none looks in the wrong place.
+fn crate_sources(relative: &str) -> Vec<PathBuf> {
+    let src = root().join(relative);
+    let mut files = Vec::new();
+    files_under(&src, &mut files);
+    assert!(
+        files.iter().any(|file| file.ends_with("lib.rs")),
+        "found no lib.rs under {}: is the scan looking in the right place?",
+        src.display()
+    );
+    files
+}
+
 /// Where `needle` occurs in `text` as the start of a token (not inside a
 /// longer identifier such as `brand::`).
 fn token_occurrences(text: &str, needle: &str) -> Vec<usize> {
@@ -216,14 +230,7 @@ fn token_occurrences(text: &str, needle: &str) -> Vec<usize> {
 
 #[test]
 fn domain_source_mentions_no_runtime_database_io_clock_or_randomness() {
-    let src = root().join("crates/domain/src");
-    let mut files = Vec::new();
-    files_under(&src, &mut files);
-    assert!(
-        files.iter().any(|file| file.ends_with("lib.rs")),
-        "found no lib.rs under {}: is the scan looking in the right place?",
-        src.display()
-    );
+    let files = crate_sources("crates/domain/src");
     let mut violations = Vec::new();
     for file in &files {
         let Ok(text) = std::fs::read_to_string(file) else {
@@ -401,4 +408,254 @@ fn readme_test_command_is_exactly_what_ci_runs() {
         vec![test_command],
         ".ci/run must run exactly README's test command, and only it"
     );
+}
+
+/// SQL keywords the store crate's code must not hold, as whole uppercase
+/// words. A pair is a keyword that counts only with its second word later
+/// on the same line (`UPDATE … SET`), where the word alone may be plain
+/// English or a protocol's name; None: the word alone is SQL enough.
+const SQL_KEYWORDS: &[(&str, Option<&str>)] = &[
+    ("SELECT", None),
+    ("INSERT", None),
+    ("UPDATE", Some("SET")),
+    ("DELETE", Some("FROM")),
+    ("CREATE", Some("TABLE")),
+    ("CREATE", Some("INDEX")),
+    ("DROP", None),
+    ("ALTER", None),
+    ("WHERE", None),
+];
+
+/// `text` with every comment blanked out (line comments, doc comments and
+/// block comments) and everything else kept, string literals included, so
+/// a scan sees code and strings on their own lines.
+fn without_comments(text: &str) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = String::with_capacity(text.len());
+    let mut index = 0;
+    let blank = |c: char| if c == '\n' { '\n' } else { ' ' };
+    while index < chars.len() {
+        let c = chars[index];
+        let next = chars.get(index + 1).copied();
+        if c == '/' && next == Some('/') {
+            while index < chars.len() && chars[index] != '\n' {
+                out.push(' ');
+                index += 1;
+            }
+        } else if c == '/' && next == Some('*') {
+            let mut depth = 0;
+            while index < chars.len() {
+                if chars[index] == '/' && chars.get(index + 1) == Some(&'*') {
+                    depth += 1;
+                    out.push_str("  ");
+                    index += 2;
+                } else if chars[index] == '*' && chars.get(index + 1) == Some(&'/') {
+                    depth -= 1;
+                    out.push_str("  ");
+                    index += 2;
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    out.push(blank(chars[index]));
+                    index += 1;
+                }
+            }
+        } else if c == '"' || (c == 'r' && matches!(next, Some('"') | Some('#'))) {
+            // A string literal, raw or not: kept whole, so a `//` inside it
+            // is not taken for a comment.
+            let raw = c == 'r';
+            let mut hashes = 0;
+            out.push(c);
+            index += 1;
+            if raw {
+                while chars.get(index) == Some(&'#') {
+                    hashes += 1;
+                    out.push('#');
+                    index += 1;
+                }
+                if chars.get(index) != Some(&'"') {
+                    continue; // `r#ident` or a name ending in r: not a string
+                }
+                out.push('"');
+                index += 1;
+            }
+            while index < chars.len() {
+                let c = chars[index];
+                out.push(c);
+                index += 1;
+                if !raw && c == '\\' {
+                    if let Some(&escaped) = chars.get(index) {
+                        out.push(escaped);
+                        index += 1;
+                    }
+                } else if c == '"' && chars[index..].iter().take(hashes).filter(|c| **c == '#').count() == hashes {
+                    for _ in 0..hashes {
+                        out.push('#');
+                        index += 1;
+                    }
+                    break;
+                }
+            }
+        } else if c == '\'' {
+            // A char literal ('"', '\'') is kept as it is; a lifetime is
+            // just the quote.
+            let length = match (next, chars.get(index + 2)) {
+                (Some('\\'), _) => chars[(index + 3).min(chars.len())..]
+                    .iter()
+                    .position(|c| *c == '\'')
+                    .map_or(1, |end| end + 4),
+                (Some(_), Some('\'')) => 3,
+                _ => 1,
+            };
+            for c in &chars[index..(index + length).min(chars.len())] {
+                out.push(*c);
+            }
+            index += length;
+        } else {
+            out.push(c);
+            index += 1;
+        }
+        // Identifiers that end in `r` (`for`, `ptr`) are not raw strings.
+        if c.is_alphanumeric() || c == '_' {
+            while let Some(&c) = chars.get(index) {
+                if c.is_alphanumeric() || c == '_' {
+                    out.push(c);
+                    index += 1;
+                } else {
+                    break;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The SQL keywords of [`SQL_KEYWORDS`] in `code` (comments already
+/// removed), as (line, keyword) pairs.
+fn sql_keywords(code: &str) -> Vec<(usize, String)> {
+    let mut found = Vec::new();
+    for (number, line) in code.lines().enumerate() {
+        let words: Vec<&str> = line
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .filter(|word| !word.is_empty())
+            .collect();
+        for (at, word) in words.iter().enumerate() {
+            for (keyword, then) in SQL_KEYWORDS {
+                if word != keyword {
+                    continue;
+                }
+                match then {
+                    None => found.push((number + 1, keyword.to_string())),
+                    Some(then) if words[at + 1..].contains(then) => {
+                        found.push((number + 1, format!("{keyword} … {then}")))
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn the_store_crate_holds_no_sql_outside_comments() {
+    // The contract crate knows no database: SQL lives in the backends (and
+    // the conformance suite's probes, a crate of its own).
+    let files = crate_sources("crates/store/src");
+    let mut violations = Vec::new();
+    for file in files
+        .iter()
+        .filter(|file| file.extension().is_some_and(|ext| ext == "rs"))
+    {
+        let text = std::fs::read_to_string(file).unwrap_or_else(|error| panic!("reading {}: {error}", file.display()));
+        for (line, keyword) in sql_keywords(&without_comments(&text)) {
+            violations.push(format!(
+                "{}:{line}: {keyword}",
+                file.strip_prefix(root()).unwrap_or(file).display()
+            ));
+        }
+    }
+    assert!(
+        violations.is_empty(),
+        "crates/store/src must hold no SQL (the backends keep their statements):\n{}",
+        violations.join("\n")
+    );
+}
+
+#[test]
+fn sql_scan_finds_keywords_in_code_and_strings_and_skips_comments() {
+    // The store scan above passes vacuously if the scanner never matches.
+    let source = r####"
+/// SELECT in a doc comment is prose.
+// DELETE FROM t; in a line comment too.
+/* UPDATE t SET x = 1 in a block comment */
+let url = "postgres://host/db"; let sql = "SELECT seq FROM log WHERE seq > ?";
+let quote = '"'; let raw = r#"DELETE FROM "log""#; // INSERT
+let update = "UPDATE media SET path = ?";
+fn for_each<'a>(items: &'a [u8]) { Update::Set; DROP_LIMIT; Select }
+let ddl = "CREATE TABLE t (id TEXT)"; let lower = "update t set x"; let slash = '\\'; let tick = '\''; let s = "a \" WHERE";
+"####;
+    let found = sql_keywords(&without_comments(source));
+    assert_eq!(
+        found,
+        vec![
+            (5, "SELECT".to_string()),
+            (5, "WHERE".to_string()),
+            (6, "DELETE … FROM".to_string()),
+            (7, "UPDATE … SET".to_string()),
+            (9, "CREATE … TABLE".to_string()),
+            (9, "WHERE".to_string()),
+        ]
+    );
+    // Comments go, line by line, and code stays where it was.
+    let stripped = without_comments("a // b\n/* c\n d */ e\n\"// f\"");
+    assert_eq!(
+        stripped.lines().collect::<Vec<_>>(),
+        vec!["a     ", "    ", "      e", "\"// f\""]
+    );
+}
+
+#[test]
+fn the_conformance_suite_is_a_test_crate_that_knows_no_driver() {
+    // The suite reaches a database only through the harness a backend's
+    // tests give it, and no product library links it (the testkit, itself
+    // test-only, re-exports its `Harness`).
+    let members = workspace_members();
+    assert!(
+        members.contains_key("opledger-store-conformance"),
+        "the conformance suite is not a workspace member: update this test"
+    );
+    for member in members
+        .keys()
+        .filter(|name| !["opledger-store-conformance", "opledger-testkit"].contains(&name.as_str()))
+    {
+        let closure = library_dependency_closure(member);
+        assert!(
+            !closure.contains("opledger-store-conformance"),
+            "{member}'s library depends on opledger-store-conformance; it is for tests only (dev-dependencies)"
+        );
+    }
+    let binary = build_dependencies(&manifest("Cargo.toml"));
+    assert!(
+        !binary.contains_key("opledger-store-conformance"),
+        "the opledger binary depends on opledger-store-conformance; it is for tests only"
+    );
+    let suite = library_dependency_closure("opledger-store-conformance");
+    assert!(
+        suite.contains("opledger-store"),
+        "the closure sees no dependencies: {suite:?}"
+    );
+    for forbidden in [
+        "sqlx",
+        "rusqlite",
+        "libsqlite3-sys",
+        "opledger-store-sqlite",
+        "opledger-store-postgres",
+    ] {
+        assert!(
+            !suite.contains(forbidden),
+            "opledger-store-conformance must not know a driver or backend, but depends on {forbidden}"
+        );
+    }
 }

@@ -1,7 +1,10 @@
 //! Projection DDL, rendered for the live tables, a shadow copy in the same
-//! schema, or a scratch copy in a schema of its own.
+//! schema, or a scratch copy in a schema of its own. The copies and their
+//! names are the store's (`opledger_store::tables`); the DDL text and
+//! PostgreSQL's rules for naming tables inside a schema are this backend's.
 
-use opledger_domain::projections::{all_specs, ProjectionSpec};
+use opledger_domain::projections::ProjectionSpec;
+pub use opledger_store::tables::{table_name, Copy, SHADOW_SUFFIX};
 
 /// The PostgreSQL DDL of a projection, from `projections/<name>/postgres.sql`.
 pub fn template(spec: &ProjectionSpec) -> &'static str {
@@ -16,48 +19,15 @@ pub fn template(spec: &ProjectionSpec) -> &'static str {
     }
 }
 
-/// Which copy of the tables a rendering or a statement addresses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Copy<'a> {
-    /// The tables readers use, in the connection's current schema.
-    Live,
-    /// Suffixed tables beside the live ones, swapped in by renaming.
-    Shadow,
-    /// Same names in a scratch schema of their own.
-    Scratch(&'a str),
-}
-
-pub const SHADOW_SUFFIX: &str = "__shadow";
-
-/// The physical name of a table in a copy, as used in DML.
-pub fn table_name(table: &str, copy: Copy<'_>) -> String {
-    match copy {
-        Copy::Live => table.to_string(),
-        Copy::Shadow => format!("{table}{SHADOW_SUFFIX}"),
-        Copy::Scratch(schema) => format!("{schema}.{table}"),
-    }
-}
-
 /// Renders the DDL for the live tables or a shadow copy (indexes included).
+/// On PostgreSQL a reference is resolved by the schema search path, so a
+/// scratch copy qualifies both the definition and every reference;
+/// references to another projection's tables (foreign keys into the
+/// family's parents) point at the same copy, since a family is always
+/// built, swapped and replayed together.
 pub fn render(spec: &ProjectionSpec, copy: Copy<'_>) -> String {
-    let mut sql = template(spec).to_string();
-    // References to another projection's tables (foreign keys into the
-    // family's parents) point at the same copy: a family is always built,
-    // swapped and replayed together. On PostgreSQL a reference is resolved
-    // by the schema search path, so a scratch copy qualifies both the
-    // definition and every reference.
-    for table in all_specs().iter().flat_map(|spec| spec.tables.iter()) {
-        let name = table_name(table.name, copy);
-        sql = sql
-            .replace(&format!("{{{{t:{}}}}}", table.name), &name)
-            .replace(&format!("{{{{r:{}}}}}", table.name), &name);
-    }
-    assert!(
-        !sql.contains("{{"),
-        "projection {} DDL names a table outside every spec: {sql}",
-        spec.name
-    );
-    sql
+    let name = |table: &str| table_name(table, copy);
+    opledger_store::tables::render(template(spec), spec, name, name)
 }
 
 /// The tables of a scratch copy in `schema`: unlogged (it is thrown away

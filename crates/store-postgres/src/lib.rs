@@ -82,10 +82,11 @@ pub use config::PostgresConfig;
 pub use scratch::PostgresScratch;
 pub use tx::PostgresTx;
 
-use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
+use futures::stream::BoxStream;
 use opledger_domain::projections::{all_specs, Cell, ColumnType, Row, TableSpec};
 use opledger_domain::{EventEnvelope, StreamId, Timestamp};
-use opledger_store::{BoxFuture, ExpiredClaim, Lease, ProjectionState, Store, StoreError};
+use opledger_store::group_commit::WorkPiece;
+use opledger_store::{log, positions, BoxFuture, ExpiredClaim, Lease, ProjectionState, Store, StoreError};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, PgConnection, PgPool, Row as _};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -109,7 +110,7 @@ pub struct PostgresStore {
 struct Inner {
     config: PostgresConfig,
     /// Work for the writer task (group commit, `writer.rs`).
-    writer: tokio::sync::mpsc::Sender<Box<dyn writer::Job>>,
+    writer: tokio::sync::mpsc::Sender<writer::QueuedPiece>,
     readers: PgPool,
     statistics: Statistics,
 }
@@ -147,7 +148,7 @@ impl PostgresStore {
         let writers = pool(&options, config.write_connections);
         let readers = pool(&options, config.read_connections);
         tx::ensure_projection_tables(&writers).await?;
-        let (queue, jobs) = tokio::sync::mpsc::channel(1024);
+        let (queue, pieces) = tokio::sync::mpsc::channel(1024);
         let inner = Arc::new(Inner {
             config,
             writer: queue,
@@ -160,7 +161,7 @@ impl PostgresStore {
         // The writer task holds the store weakly: it ends once every handle
         // (and with them every sender) is dropped.
         let weak = Arc::downgrade(&inner);
-        tokio::spawn(writer::run(writers, jobs, move |head| {
+        tokio::spawn(writer::run(writers, pieces, move |head| {
             if let Some(inner) = weak.upgrade() {
                 check_statistics(&inner, head);
             }
@@ -300,12 +301,12 @@ impl Store for PostgresStore {
         F: for<'t> FnOnce(&'t mut Self::Tx) -> BoxFuture<'t, Result<R, E>> + Send + 'static,
     {
         let (sender, receiver) = tokio::sync::oneshot::channel();
-        let job: Box<dyn writer::Job> = Box::new(writer::WorkJob::new(work, sender));
+        let piece: writer::QueuedPiece = Box::new(WorkPiece::new(work, sender));
         let queue = self.inner.writer.clone();
         async move {
             // Queued for the writer task: once started, the piece runs to its
             // group's commit or rollback even if the caller stops waiting.
-            if queue.send(job).await.is_err() {
+            if queue.send(piece).await.is_err() {
                 return Err(E::from(StoreError::unavailable("the PostgreSQL writer has stopped")));
             }
             receiver.await.unwrap_or_else(|_| {
@@ -331,30 +332,16 @@ impl Store for PostgresStore {
 
     fn read_all(&self, after: i64, page_size: usize) -> BoxStream<'static, Result<EventEnvelope, StoreError>> {
         let pool = self.inner.readers.clone();
-        let page_size = page_size.max(1);
-        // Keyset paging: each page is its own short read, so memory holds one
-        // page whatever the log size and no read transaction stays open.
-        stream::try_unfold(Some(after), move |position| {
+        log::paged(after, page_size, move |position, limit| {
             let pool = pool.clone();
             async move {
-                let Some(position) = position else {
-                    return Ok(None);
-                };
                 let mut connection = pool
                     .acquire()
                     .await
                     .map_err(|error| error::map(error, "reading the event log"))?;
-                let page = rows::read_events(&mut connection, position, page_size).await?;
-                let next = if page.len() < page_size {
-                    None
-                } else {
-                    page.last().map(|event| event.seq)
-                };
-                Ok::<_, StoreError>(Some((stream::iter(page.into_iter().map(Ok)), next)))
+                rows::read_events(&mut connection, position, limit).await
             }
         })
-        .try_flatten()
-        .boxed()
     }
 
     async fn head(&self) -> Result<i64, StoreError> {
@@ -388,23 +375,7 @@ impl Store for PostgresStore {
             .fetch_all(&self.inner.readers)
             .await
             .map_err(|error| error::map(error, "reading projection positions"))?;
-        let mut states = Vec::new();
-        for row in fetched {
-            let name: String = row.get(0);
-            if name.ends_with(ddl::SHADOW_SUFFIX) {
-                continue;
-            }
-            let version: i64 = row.get(1);
-            states.push(ProjectionState {
-                name,
-                version: u32::try_from(version).map_err(|error| StoreError::corrupt(error.to_string()))?,
-                position: row.get(2),
-            });
-        }
-        // Keep the build's fold order, the order status shows them in.
-        let order: Vec<&str> = all_specs().iter().map(|spec| spec.name).collect();
-        states.sort_by_key(|state| order.iter().position(|name| *name == state.name).unwrap_or(usize::MAX));
-        Ok(states)
+        positions::live_states(fetched.iter().map(|row| (row.get(0), row.get(1), row.get(2))))
     }
 
     async fn count_by(

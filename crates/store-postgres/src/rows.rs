@@ -11,9 +11,9 @@ use crate::batch::{Bind, Statement};
 use crate::ddl::{self, Copy};
 use crate::error::map;
 use chrono::{DateTime, Utc};
-use opledger_domain::events::Event;
 use opledger_domain::projections::{Cell, ColumnType, Key, Row, RowChange, TableSpec};
-use opledger_domain::{EventEnvelope, StreamId, Timestamp};
+use opledger_domain::{EventEnvelope, Timestamp};
+use opledger_store::log::{self, RecordedAt, StoredEvent};
 use opledger_store::StoreError;
 use sqlx::postgres::{PgArguments, PgRow};
 use sqlx::{PgConnection, Postgres, Row as _};
@@ -537,24 +537,20 @@ pub const EVENT_COLUMNS: &str =
 /// Decodes one log row. Anything that does not decode is Corrupt, naming the seq.
 pub fn decode_event(row: &PgRow) -> Result<EventEnvelope, StoreError> {
     let seq: i64 = row.try_get(0).map_err(|error| map(error, "reading seq"))?;
-    let corrupt = |what: String| StoreError::corrupt_at(seq, what);
     let column = |error: sqlx::Error| StoreError::corrupt_at(seq, error.to_string());
     let schema_version: i32 = row.try_get(4).map_err(column)?;
-    let schema_version = u32::try_from(schema_version).map_err(|error| corrupt(error.to_string()))?;
-    let event_type: &str = row.try_get(3).map_err(column)?;
-    let payload: &str = row.try_get(5).map_err(column)?;
-    let event = Event::decode(event_type, schema_version, payload).map_err(|error| corrupt(error.to_string()))?;
     let recorded_at: DateTime<Utc> = row.try_get(6).map_err(column)?;
-    Ok(EventEnvelope {
+    log::decode(StoredEvent {
         seq,
-        stream_id: StreamId::from_stored(row.try_get(1).map_err(column)?),
+        stream_id: row.try_get(1).map_err(column)?,
         stream_version: row.try_get(2).map_err(column)?,
-        schema_version,
-        recorded_at: Timestamp::from_datetime(recorded_at),
+        event_type: row.try_get(3).map_err(column)?,
+        schema_version: i64::from(schema_version),
+        payload: row.try_get(5).map_err(column)?,
+        recorded_at: RecordedAt::Time(Timestamp::from_datetime(recorded_at)),
         actor: row.try_get(7).map_err(column)?,
         correlation_id: row.try_get(8).map_err(column)?,
         causation_id: row.try_get(9).map_err(column)?,
-        event,
     })
 }
 

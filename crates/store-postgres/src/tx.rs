@@ -14,7 +14,8 @@ use crate::rows::Values;
 use crate::{rows, work};
 use opledger_domain::projections::{all_specs, Cell, ProjectionSpec, Row, RowChange, TableSpec};
 use opledger_domain::EventEnvelope;
-use opledger_store::{ClaimQuery, ExpectedVersion, Lease, RowTarget, StoreError, StreamAppend, TableSet, WriteTx};
+use opledger_store::positions::{self, Positions};
+use opledger_store::{append, ClaimQuery, Lease, RowTarget, StoreError, StreamAppend, TableSet, WriteTx};
 use sqlx::pool::PoolConnection;
 use sqlx::{PgConnection, PgPool, Postgres, Row as _};
 use std::collections::BTreeMap;
@@ -31,7 +32,7 @@ const LOCK_TIMEOUT: &str = "30s";
 /// The caches of a [`PostgresTx`] as a piece of a group found them.
 pub(crate) struct Checkpoint {
     head: Option<i64>,
-    positions: Option<BTreeMap<String, (i64, i64)>>,
+    positions: Option<Positions>,
     tables: TableSet,
 }
 
@@ -45,7 +46,7 @@ pub struct PostgresTx {
     /// advisory lock keeps every other store writer out until we commit.
     head: Option<i64>,
     /// Every projection's (version, position), once read (same reason).
-    positions: Option<BTreeMap<String, (i64, i64)>>,
+    positions: Option<Positions>,
     tables: TableSet,
     /// Writes gathered and not sent yet: sent as one statement before a
     /// statement that could see them (`conn_reading`), at the end of each
@@ -282,10 +283,7 @@ impl PostgresTx {
     }
 
     fn copy(&self) -> Copy<'static> {
-        match self.tables {
-            TableSet::Live => Copy::Live,
-            TableSet::Shadow => Copy::Shadow,
-        }
+        self.tables.into()
     }
 
     async fn current_head(&mut self) -> Result<i64, StoreError> {
@@ -301,7 +299,7 @@ impl PostgresTx {
     }
 
     /// Every projection's (version, position), from the cache or the database.
-    async fn projection_positions(&mut self) -> Result<BTreeMap<String, (i64, i64)>, StoreError> {
+    async fn projection_positions(&mut self) -> Result<Positions, StoreError> {
         if let Some(positions) = &self.positions {
             return Ok(positions.clone());
         }
@@ -309,7 +307,7 @@ impl PostgresTx {
             .fetch_all(self.conn().await?)
             .await
             .map_err(|error| map(error, "reading projection positions"))?;
-        let positions: BTreeMap<String, (i64, i64)> = rows
+        let positions: Positions = rows
             .into_iter()
             .map(|(name, version, position)| (name, (version, position)))
             .collect();
@@ -410,72 +408,21 @@ impl RowTarget for PostgresTx {
 impl WriteTx for PostgresTx {
     async fn append(&mut self, appends: Vec<StreamAppend>) -> Result<Vec<EventEnvelope>, StoreError> {
         let streams: Vec<&str> = appends.iter().map(|append| append.stream_id.as_str()).collect();
-        let mut versions = self.stream_versions(&streams).await?;
-        // Check every expectation before writing anything, so a refusal
-        // leaves the log untouched.
-        for append in &appends {
-            let current = versions.get(append.stream_id.as_str()).copied().unwrap_or(0);
-            let expected_ok = match append.expected {
-                ExpectedVersion::Any => true,
-                ExpectedVersion::NoStream => current == 0,
-                ExpectedVersion::Exactly(version) => current == version,
-            };
-            if !expected_ok {
-                return Err(StoreError::conflict(format!(
-                    "stream {} is at version {current}, the append expected {:?}",
-                    append.stream_id, append.expected
-                )));
-            }
-        }
+        let versions = self.stream_versions(&streams).await?;
         let head = self.current_head().await?;
-        let mut envelopes = Vec::new();
-        let mut seq = head;
-        for append in appends {
-            let version = versions.entry(append.stream_id.as_str().to_string()).or_insert(0);
-            for new_event in append.events {
-                seq += 1;
-                *version += 1;
-                envelopes.push(EventEnvelope {
-                    seq,
-                    stream_id: append.stream_id.clone(),
-                    stream_version: *version,
-                    schema_version: new_event.event.schema_version(),
-                    recorded_at: new_event.recorded_at,
-                    actor: new_event.actor,
-                    correlation_id: new_event.correlation_id,
-                    causation_id: new_event.causation_id,
-                    event: new_event.event,
-                });
-            }
-        }
-        rows::push_events(&mut self.pending.events, &envelopes)?;
-        self.head = Some(seq);
-        Ok(envelopes)
+        let planned = append::plan(head, versions, appends)?;
+        rows::push_events(&mut self.pending.events, &planned.envelopes)?;
+        self.head = Some(planned.head);
+        Ok(planned.envelopes)
     }
 
     async fn advance_positions(&mut self, from: i64, to: i64) -> Result<(), StoreError> {
-        let positions = self.projection_positions().await?;
-        for spec in all_specs() {
-            match positions.get(spec.name) {
-                Some((version, position)) if *version == i64::from(spec.version) && *position == from => {}
-                found => {
-                    return Err(StoreError::conflict(format!(
-                        "projection {} is at {found:?} (version, seq), not at seq {from} at version {}; \
-                         the database was changed by another version of opledger or needs catching up (restart)",
-                        spec.name, spec.version
-                    )))
-                }
-            }
-        }
+        positions::check_all_at(&self.projection_positions().await?, from)?;
         // Gathered: sent with the piece's other writes, in one statement.
         let first = self.pending.positions.map_or(from, |(first, _)| first);
         self.pending.positions = Some((first, to));
-        if let Some(positions) = self.positions.as_mut() {
-            for spec in all_specs() {
-                if let Some(entry) = positions.get_mut(spec.name) {
-                    entry.1 = to;
-                }
-            }
+        if let Some(cached) = self.positions.as_mut() {
+            positions::move_all(cached, to);
         }
         Ok(())
     }

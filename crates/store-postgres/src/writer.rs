@@ -21,11 +21,11 @@
 
 use crate::tx::PostgresTx;
 use futures::FutureExt;
-use opledger_store::{BoxFuture, StoreError};
+use opledger_store::group_commit::Piece;
+use opledger_store::StoreError;
 use sqlx::PgPool;
-use std::marker::PhantomData;
 use std::panic::AssertUnwindSafe;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
 /// Most pieces grouped into one commit; bounds how long the first piece of
 /// a group waits for the others. Each piece that writes is a
@@ -35,77 +35,18 @@ use tokio::sync::{mpsc, oneshot};
 /// group stays below 64 pieces.
 const MAX_GROUP: usize = 48;
 
-/// What a piece of work left behind: whether it succeeded, and how to
-/// answer its caller once the commit outcome is known.
-pub(crate) struct Done {
-    ok: bool,
-    finish: Box<dyn FnOnce(Result<(), StoreError>) + Send>,
-}
-
-/// One caller's work, type-erased so pieces of different types can queue
-/// together.
-pub(crate) trait Job: Send {
-    fn run<'t>(self: Box<Self>, tx: &'t mut PostgresTx) -> BoxFuture<'t, Done>;
-    /// Answers the caller without running (the transaction could not start).
-    fn abort(self: Box<Self>, error: StoreError);
-}
-
-pub(crate) struct WorkJob<F, R, E> {
-    work: F,
-    sender: oneshot::Sender<Result<R, E>>,
-    _result: PhantomData<fn() -> (R, E)>,
-}
-
-impl<F, R, E> WorkJob<F, R, E> {
-    pub(crate) fn new(work: F, sender: oneshot::Sender<Result<R, E>>) -> Self {
-        WorkJob {
-            work,
-            sender,
-            _result: PhantomData,
-        }
-    }
-}
-
-impl<F, R, E> Job for WorkJob<F, R, E>
-where
-    R: Send + 'static,
-    E: From<StoreError> + Send + 'static,
-    F: for<'t> FnOnce(&'t mut PostgresTx) -> BoxFuture<'t, Result<R, E>> + Send + 'static,
-{
-    fn run<'t>(self: Box<Self>, tx: &'t mut PostgresTx) -> BoxFuture<'t, Done> {
-        let WorkJob { work, sender, .. } = *self;
-        Box::pin(async move {
-            let result = work(tx).await;
-            let ok = result.is_ok();
-            Done {
-                ok,
-                finish: Box::new(move |commit: Result<(), StoreError>| {
-                    let answer = match (result, commit) {
-                        (Ok(value), Ok(())) => Ok(value),
-                        (Ok(_), Err(error)) => Err(E::from(error)),
-                        (Err(error), _) => Err(error),
-                    };
-                    // The caller may have given up waiting; nothing to do then.
-                    let _ = sender.send(answer);
-                }),
-            }
-        })
-    }
-
-    fn abort(self: Box<Self>, error: StoreError) {
-        let _ = self.sender.send(Err(E::from(error)));
-    }
-}
+/// One caller's work as the writer task queues it.
+pub(crate) type QueuedPiece = Box<dyn Piece<PostgresTx>>;
 
 /// The writer loop: waits for work, groups whatever else is queued, runs
 /// it; ends when every store handle (every sender) is gone. `committed` is
 /// told the log head after each commit that appended.
-pub(crate) async fn run(pool: PgPool, mut jobs: mpsc::Receiver<Box<dyn Job>>, committed: impl Fn(i64) + Send) {
-    while let Some(first) = jobs.recv().await {
+pub(crate) async fn run(pool: PgPool, mut pieces: mpsc::Receiver<QueuedPiece>, committed: impl Fn(i64) + Send) {
+    while let Some(first) = pieces.recv().await {
         let mut group = vec![first];
         while group.len() < MAX_GROUP {
-            match jobs.try_recv() {
-                Ok(job) => group.push(job),
+            match pieces.try_recv() {
+                Ok(piece) => group.push(piece),
                 Err(_) => break,
             }
         }
@@ -116,20 +57,20 @@ pub(crate) async fn run(pool: PgPool, mut jobs: mpsc::Receiver<Box<dyn Job>>, co
 }
 
 /// Runs one group in one transaction; returns the head after a commit.
-async fn run_group(pool: &PgPool, group: Vec<Box<dyn Job>>) -> Option<i64> {
+async fn run_group(pool: &PgPool, group: Vec<QueuedPiece>) -> Option<i64> {
     let started = std::time::Instant::now();
     let pieces = group.len();
     let use_savepoints = pieces > 1;
     let mut tx = match PostgresTx::begin(pool).await {
         Ok(tx) => tx,
         Err(error) => {
-            for job in group {
-                job.abort(error.clone());
+            for piece in group {
+                piece.abort(error.clone());
             }
             return None;
         }
     };
-    let mut finishes = Vec::with_capacity(pieces);
+    let mut answers = Vec::with_capacity(pieces);
     let mut broken: Option<StoreError> = None;
     let mut any_ok = false;
     if use_savepoints {
@@ -137,25 +78,23 @@ async fn run_group(pool: &PgPool, group: Vec<Box<dyn Job>>) -> Option<i64> {
             broken = Some(error);
         }
     }
-    for (index, job) in group.into_iter().enumerate() {
+    for (index, piece) in group.into_iter().enumerate() {
         if let Some(error) = &broken {
-            job.abort(error.clone());
+            piece.abort(error.clone());
             continue;
         }
         let checkpoint = tx.checkpoint();
-        let mut outcome = AssertUnwindSafe(job.run(&mut tx)).catch_unwind().await;
+        let mut outcome = AssertUnwindSafe(piece.run(&mut tx)).catch_unwind().await;
         // A piece that succeeded keeps its writes only if they all went
         // through (work that ignored a failed statement finds out here).
         if let Ok(done) = &mut outcome {
-            if done.ok && use_savepoints {
+            if done.ok() && use_savepoints {
                 if let Err(error) = tx.keep_piece(index + 1 < pieces).await {
-                    done.ok = false;
-                    let finish = std::mem::replace(&mut done.finish, Box::new(|_| {}));
-                    done.finish = Box::new(move |_| finish(Err(error)));
+                    done.fail(error);
                 }
             }
         }
-        let ok = matches!(&outcome, Ok(done) if done.ok);
+        let ok = matches!(&outcome, Ok(done) if done.ok());
         if ok {
             any_ok = true;
         } else if use_savepoints {
@@ -166,8 +105,8 @@ async fn run_group(pool: &PgPool, group: Vec<Box<dyn Job>>) -> Option<i64> {
         }
         match outcome {
             // A failed piece's answer is its own error; the commit cannot change it.
-            Ok(done) if !done.ok => (done.finish)(Ok(())),
-            Ok(done) => finishes.push(done.finish),
+            Ok(done) if !done.ok() => done.answer(Ok(())),
+            Ok(done) => answers.push(done),
             // A panicking piece dropped its answer channel; its caller hears so.
             Err(_) => {}
         }
@@ -193,8 +132,8 @@ async fn run_group(pool: &PgPool, group: Vec<Box<dyn Job>>) -> Option<i64> {
     );
     let committed = commit.is_ok();
     // Answered only now, after COMMIT returned: an answer means durable.
-    for finish in finishes {
-        finish(commit.clone());
+    for done in answers {
+        done.answer(commit.clone());
     }
     head.filter(|_| committed)
 }

@@ -4,7 +4,7 @@
 //! parallel. No server there: each test says so loudly and passes, unless
 //! `CI=true`, where it fails.
 
-use opledger_store::conformance_tests;
+use opledger_store_conformance::conformance_tests;
 
 conformance_tests!({
     match opledger_testkit::postgres::backend().await {

@@ -7,8 +7,8 @@
 use futures::TryStreamExt;
 use opledger_domain::ids::MediaId;
 use opledger_domain::StreamId;
-use opledger_store::conformance::{registered, Harness};
 use opledger_store::{ErrorKind, ExpectedVersion, Store, StoreError, StreamAppend, WriteTx};
+use opledger_store_conformance::{registered, Harness};
 use opledger_store_postgres::PostgresStore;
 use sqlx::Connection;
 use tokio::sync::oneshot;

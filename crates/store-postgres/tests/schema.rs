@@ -3,7 +3,7 @@
 //! constraints, indexes, triggers, functions and storage options; and the
 //! step-by-step migration history is accepted by the full migrator.
 
-use opledger_store::conformance::Harness;
+use opledger_store_conformance::Harness;
 use opledger_store_postgres::MIGRATOR;
 use sqlx::{Connection, PgConnection};
 use std::path::Path;

@@ -4,8 +4,8 @@
 
 use opledger_domain::ids::{MediaId, OperationId};
 use opledger_domain::{StreamId, Timestamp};
-use opledger_store::conformance::{registered, Harness};
 use opledger_store::{ErrorKind, ExpectedVersion, Lease, Store, StoreError, StreamAppend, WriteTx};
+use opledger_store_conformance::{registered, Harness};
 use opledger_store_postgres::PostgresStore;
 use std::time::Duration;
 use uuid::Uuid;

@@ -1,7 +1,10 @@
 //! Projection DDL, rendered for the live tables, a shadow copy, or a
-//! scratch copy in an attached schema.
+//! scratch copy in an attached schema. The copies and their names are the
+//! store's (`opledger_store::tables`); the DDL text and SQLite's rules for
+//! naming tables inside a schema are this backend's.
 
-use opledger_domain::projections::{all_specs, ProjectionSpec};
+use opledger_domain::projections::ProjectionSpec;
+pub use opledger_store::tables::{table_name, Copy, SHADOW_SUFFIX};
 
 /// The SQLite DDL of a projection, from `projections/<name>/sqlite.sql`.
 pub fn template(spec: &ProjectionSpec) -> &'static str {
@@ -16,62 +19,20 @@ pub fn template(spec: &ProjectionSpec) -> &'static str {
     }
 }
 
-/// Which copy of the tables a rendering creates.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Copy<'a> {
-    Live,
-    /// Suffixed tables in the main schema, swapped in by renaming.
-    Shadow,
-    /// Same names in an attached schema.
-    Scratch(&'a str),
-}
-
-pub const SHADOW_SUFFIX: &str = "__shadow";
-
-/// The physical name of a table in a copy, as used in DML.
-pub fn table_name(table: &str, copy: Copy<'_>) -> String {
-    match copy {
-        Copy::Live => table.to_string(),
-        Copy::Shadow => format!("{table}{SHADOW_SUFFIX}"),
-        Copy::Scratch(schema) => format!("{schema}.{table}"),
-    }
-}
-
-/// Renders the DDL for one copy.
+/// Renders the DDL for one copy. SQLite creates a table or index in a
+/// schema by qualifying its name, but references inside it are to the same
+/// schema and must stay unqualified; references to another projection's
+/// tables (foreign keys into the family's parents) point at the same copy,
+/// since a family is always built, swapped and replayed together.
 pub fn render(spec: &ProjectionSpec, copy: Copy<'_>) -> String {
-    let mut sql = template(spec).to_string();
-    for table in spec.tables {
-        let (defined, referenced) = match copy {
-            Copy::Live => (table.name.to_string(), table.name.to_string()),
-            Copy::Shadow => {
-                let name = format!("{}{SHADOW_SUFFIX}", table.name);
-                (name.clone(), name)
-            }
-            // SQLite: a table or index is created in a schema by qualifying
-            // its name, but references inside it are to the same schema and
-            // must stay unqualified.
-            Copy::Scratch(schema) => (format!("{schema}.{}", table.name), table.name.to_string()),
-        };
-        sql = sql
-            .replace(&format!("{{{{t:{}}}}}", table.name), &defined)
-            .replace(&format!("{{{{r:{}}}}}", table.name), &referenced);
-    }
-    // References to another projection's tables (foreign keys into the
-    // family's parents) point at the same copy: a family is always built,
-    // swapped and replayed together.
-    for other in all_specs() {
-        for table in other.tables {
-            let referenced = match copy {
-                Copy::Live | Copy::Scratch(_) => table.name.to_string(),
-                Copy::Shadow => format!("{}{SHADOW_SUFFIX}", table.name),
-            };
-            sql = sql.replace(&format!("{{{{r:{}}}}}", table.name), &referenced);
-        }
-    }
-    assert!(
-        !sql.contains("{{"),
-        "projection {} DDL names a table outside its spec: {sql}",
-        spec.name
+    let sql = opledger_store::tables::render(
+        template(spec),
+        spec,
+        |table| table_name(table, copy),
+        |table| match copy {
+            Copy::Scratch(_) => table.to_string(),
+            Copy::Live | Copy::Shadow => table_name(table, copy),
+        },
     );
     expand_in_lists(&sql)
 }

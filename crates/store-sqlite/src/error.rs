@@ -49,7 +49,7 @@ pub fn map(error: sqlx::Error, context: &str) -> StoreError {
 /// Maps an error of the writer's own connection (rusqlite) to a neutral
 /// store error, by the same codes as [`map`]: both drivers report SQLite's
 /// extended result code, and nothing above the store can tell which one ran.
-pub fn map_direct(error: rusqlite::Error, context: &str) -> StoreError {
+pub fn map_rusqlite(error: rusqlite::Error, context: &str) -> StoreError {
     use rusqlite::Error;
     let (kind, code) = match &error {
         Error::SqliteFailure(failure, _) => (kind_of(failure.extended_code), Some(failure.extended_code)),
@@ -123,7 +123,7 @@ mod tests {
                  INSERT INTO parent VALUES (1); INSERT INTO child VALUES (1, 1, 1, 'a');",
             )
             .unwrap();
-        let kind = |sql: &str| map_direct(connection.execute_batch(sql).unwrap_err(), sql).kind;
+        let kind = |sql: &str| map_rusqlite(connection.execute_batch(sql).unwrap_err(), sql).kind;
         assert_eq!(kind("INSERT INTO parent VALUES (1)"), ErrorKind::Conflict);
         assert_eq!(kind("INSERT INTO child VALUES (2, 1, 1, 'a')"), ErrorKind::Conflict);
         assert_eq!(kind("INSERT INTO child VALUES (2, 9, 1, 'b')"), ErrorKind::Constraint);
@@ -133,8 +133,8 @@ mod tests {
             ErrorKind::Constraint
         );
         let decoded = connection.query_row("SELECT 'text'", [], |row| row.get::<_, i64>(0));
-        assert_eq!(map_direct(decoded.unwrap_err(), "decoding").kind, ErrorKind::Corrupt);
+        assert_eq!(map_rusqlite(decoded.unwrap_err(), "decoding").kind, ErrorKind::Corrupt);
         let missing = connection.query_row("SELECT 1 WHERE 0", [], |row| row.get::<_, i64>(0));
-        assert_eq!(map_direct(missing.unwrap_err(), "reading").kind, ErrorKind::NotFound);
+        assert_eq!(map_rusqlite(missing.unwrap_err(), "reading").kind, ErrorKind::NotFound);
     }
 }

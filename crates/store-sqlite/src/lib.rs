@@ -20,24 +20,25 @@
 
 mod config;
 mod ddl;
-mod direct;
 mod error;
 pub mod floor;
-mod raw;
 mod rows;
 mod scratch;
+mod sqlx_handle;
 mod tx;
 mod work;
 mod writer;
+mod writer_connection;
 
 pub use config::{SqliteConfig, Synchronous};
 pub use scratch::SqliteScratch;
 pub use tx::SqliteTx;
 
-use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
-use opledger_domain::projections::{all_specs, Cell, Row, TableSpec};
+use futures::stream::BoxStream;
+use opledger_domain::projections::{Cell, Row, TableSpec};
 use opledger_domain::{EventEnvelope, StreamId, Timestamp};
-use opledger_store::{BoxFuture, ExpiredClaim, Lease, ProjectionState, Store, StoreError};
+use opledger_store::group_commit::WorkPiece;
+use opledger_store::{log, positions, BoxFuture, ExpiredClaim, Lease, ProjectionState, Store, StoreError};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
 use sqlx::{ConnectOptions, Connection, Row as _, SqliteConnection};
 use std::sync::Arc;
@@ -60,7 +61,7 @@ pub struct SqliteStore {
 
 struct Inner {
     config: SqliteConfig,
-    writer: mpsc::Sender<Box<dyn writer::Job>>,
+    writer: mpsc::Sender<writer::QueuedPiece>,
     readers: SqlitePool,
 }
 
@@ -69,7 +70,7 @@ impl SqliteStore {
     /// answer (sent after its group's COMMIT).
     fn send_to_writer<R, E>(
         &self,
-        job: Box<dyn writer::Job>,
+        piece: writer::QueuedPiece,
         receiver: oneshot::Receiver<Result<R, E>>,
     ) -> impl std::future::Future<Output = Result<R, E>> + Send
     where
@@ -79,7 +80,7 @@ impl SqliteStore {
         let writer = self.inner.writer.clone();
         async move {
             writer
-                .send(job)
+                .send(piece)
                 .await
                 .map_err(|_| E::from(StoreError::unavailable("the SQLite writer has stopped")))?;
             receiver.await.map_err(|_| {
@@ -200,11 +201,11 @@ fn open_writer(config: &SqliteConfig) -> Result<rusqlite::Connection, StoreError
         | OpenFlags::SQLITE_OPEN_NO_MUTEX
         | OpenFlags::SQLITE_OPEN_PRIVATE_CACHE;
     let connection = rusqlite::Connection::open_with_flags(&config.path, flags)
-        .map_err(|error| error::map_direct(error, &opening))?;
+        .map_err(|error| error::map_rusqlite(error, &opening))?;
     enlarge_lookaside(&connection);
     connection
         .busy_timeout(BUSY_TIMEOUT)
-        .map_err(|error| error::map_direct(error, &opening))?;
+        .map_err(|error| error::map_rusqlite(error, &opening))?;
     // Every statement the writer runs is kept prepared; the set is small
     // but varies with the number of rows per statement.
     connection.set_prepared_statement_cache_capacity(1024);
@@ -213,7 +214,7 @@ fn open_writer(config: &SqliteConfig) -> Result<rusqlite::Connection, StoreError
             "PRAGMA journal_mode = WAL; PRAGMA foreign_keys = ON; PRAGMA synchronous = {}; PRAGMA temp_store = MEMORY;",
             config.synchronous.pragma_value()
         ))
-        .map_err(|error| error::map_direct(error, &opening))?;
+        .map_err(|error| error::map_rusqlite(error, &opening))?;
     tx::ensure_projection_tables(&connection)?;
     Ok(connection)
 }
@@ -301,7 +302,7 @@ impl Store for SqliteStore {
         F: for<'t> FnOnce(&'t mut Self::Tx) -> BoxFuture<'t, Result<R, E>> + Send + 'static,
     {
         let (sender, receiver) = oneshot::channel();
-        self.send_to_writer(Box::new(writer::WorkJob::new(work, sender)), receiver)
+        self.send_to_writer(Box::new(WorkPiece::new(work, sender)), receiver)
     }
 
     fn write_liveness<R, E, F>(&self, work: F) -> impl std::future::Future<Output = Result<R, E>> + Send
@@ -311,7 +312,7 @@ impl Store for SqliteStore {
         F: for<'t> FnOnce(&'t mut Self::Tx) -> BoxFuture<'t, Result<R, E>> + Send + 'static,
     {
         let (sender, receiver) = oneshot::channel();
-        self.send_to_writer(Box::new(writer::WorkJob::new(work, sender).liveness()), receiver)
+        self.send_to_writer(Box::new(WorkPiece::new(work, sender).liveness()), receiver)
     }
 
     async fn read_stream(&self, stream_id: &StreamId) -> Result<Vec<EventEnvelope>, StoreError> {
@@ -329,30 +330,16 @@ impl Store for SqliteStore {
 
     fn read_all(&self, after: i64, page_size: usize) -> BoxStream<'static, Result<EventEnvelope, StoreError>> {
         let pool = self.inner.readers.clone();
-        let page_size = page_size.max(1);
-        // Keyset paging: each page is its own short read, so memory holds one
-        // page whatever the log size and no read transaction stays open.
-        stream::try_unfold(Some(after), move |position| {
+        log::paged(after, page_size, move |position, limit| {
             let pool = pool.clone();
             async move {
-                let Some(position) = position else {
-                    return Ok(None);
-                };
                 let mut connection = pool
                     .acquire()
                     .await
                     .map_err(|error| error::map(error, "reading the event log"))?;
-                let page = rows::read_events(&mut connection, position, page_size).await?;
-                let next = if page.len() < page_size {
-                    None
-                } else {
-                    page.last().map(|event| event.seq)
-                };
-                Ok::<_, StoreError>(Some((stream::iter(page.into_iter().map(Ok)), next)))
+                rows::read_events(&mut connection, position, limit).await
             }
         })
-        .try_flatten()
-        .boxed()
     }
 
     async fn head(&self) -> Result<i64, StoreError> {
@@ -396,23 +383,7 @@ impl Store for SqliteStore {
             .fetch_all(&self.inner.readers)
             .await
             .map_err(|error| error::map(error, "reading projection positions"))?;
-        let mut states = Vec::new();
-        for row in fetched {
-            let name: String = row.get(0);
-            if name.ends_with(ddl::SHADOW_SUFFIX) {
-                continue;
-            }
-            let version: i64 = row.get(1);
-            states.push(ProjectionState {
-                name,
-                version: u32::try_from(version).map_err(|error| StoreError::corrupt(error.to_string()))?,
-                position: row.get(2),
-            });
-        }
-        // Keep the build's fold order, the order status shows them in.
-        let order: Vec<&str> = all_specs().iter().map(|spec| spec.name).collect();
-        states.sort_by_key(|state| order.iter().position(|name| *name == state.name).unwrap_or(usize::MAX));
-        Ok(states)
+        positions::live_states(fetched.iter().map(|row| (row.get(0), row.get(1), row.get(2))))
     }
 
     async fn count_by(

@@ -4,13 +4,13 @@
 //!
 //! The statement text is built here once for both drivers: the read pool and
 //! the scratch copy run it through sqlx (below), the writer thread through
-//! rusqlite (`direct.rs`).
+//! rusqlite (`writer_connection.rs`).
 
 use crate::ddl::{self, Copy};
 use crate::error::map;
-use opledger_domain::events::Event;
 use opledger_domain::projections::{Cell, ColumnType, Row, TableSpec};
-use opledger_domain::{EventEnvelope, StreamId, Timestamp};
+use opledger_domain::{EventEnvelope, Timestamp};
+use opledger_store::log::{self, RecordedAt, StoredEvent};
 use opledger_store::StoreError;
 use sqlx::sqlite::{SqliteArguments, SqliteRow};
 use sqlx::{query::Query, Row as _, Sqlite, SqliteConnection, ValueRef};
@@ -266,62 +266,28 @@ pub const EVENT_COLUMNS: &str =
 pub fn decode_event(row: &SqliteRow) -> Result<EventEnvelope, StoreError> {
     let seq: i64 = row.try_get(0).map_err(|error| map(error, "reading seq"))?;
     let column = |error: sqlx::Error| StoreError::corrupt_at(seq, error.to_string());
-    envelope(StoredEvent {
+    log::decode(StoredEvent {
         seq,
         stream_id: row.try_get(1).map_err(column)?,
         stream_version: row.try_get(2).map_err(column)?,
         event_type: row.try_get(3).map_err(column)?,
         schema_version: row.try_get(4).map_err(column)?,
         payload: row.try_get(5).map_err(column)?,
-        recorded_at: row.try_get(6).map_err(column)?,
+        recorded_at: RecordedAt::Text(row.try_get(6).map_err(column)?),
         actor: row.try_get(7).map_err(column)?,
         correlation_id: row.try_get(8).map_err(column)?,
         causation_id: row.try_get(9).map_err(column)?,
     })
 }
 
-/// One log row's columns as stored, borrowed where the driver allows.
-pub(crate) struct StoredEvent<'row> {
-    pub seq: i64,
-    pub stream_id: String,
-    pub stream_version: i64,
-    pub event_type: &'row str,
-    pub schema_version: i64,
-    pub payload: &'row str,
-    pub recorded_at: &'row str,
-    pub actor: String,
-    pub correlation_id: String,
-    pub causation_id: Option<String>,
-}
-
-/// Decodes a stored log row into its envelope (the typed event, upcast).
-pub(crate) fn envelope(stored: StoredEvent<'_>) -> Result<EventEnvelope, StoreError> {
-    let seq = stored.seq;
-    let corrupt = |what: String| StoreError::corrupt_at(seq, what);
-    let schema_version = u32::try_from(stored.schema_version).map_err(|error| corrupt(error.to_string()))?;
-    let event =
-        Event::decode(stored.event_type, schema_version, stored.payload).map_err(|error| corrupt(error.to_string()))?;
-    Ok(EventEnvelope {
-        seq,
-        stream_id: StreamId::from_stored(stored.stream_id),
-        stream_version: stored.stream_version,
-        schema_version,
-        recorded_at: Timestamp::parse(stored.recorded_at).map_err(corrupt)?,
-        actor: stored.actor,
-        correlation_id: stored.correlation_id,
-        causation_id: stored.causation_id,
-        event,
-    })
-}
-
 /// Reads up to `limit` events after `after` on `conn`, stepping SQLite
-/// directly (see `raw.rs`).
+/// directly (see `sqlx_handle.rs`).
 pub async fn read_events(
     conn: &mut SqliteConnection,
     after: i64,
     limit: usize,
 ) -> Result<Vec<EventEnvelope>, StoreError> {
-    crate::raw::read_events(conn, after, limit).await
+    crate::sqlx_handle::read_events(conn, after, limit).await
 }
 
 /// Runs one or more SQL statements without binding anything. (sqlx's

@@ -58,7 +58,7 @@ impl Behind {
                     .iter()
                     .flat_map(|spec| spec.tables.iter().copied())
                     .collect();
-                crate::raw::write_rows(connection, &order, Copy::Scratch(SCHEMA), &changes).await
+                crate::sqlx_handle::write_rows(connection, &order, Copy::Scratch(SCHEMA), &changes).await
             }
             Behind::Commit => run(connection, "COMMIT; BEGIN").await,
         }

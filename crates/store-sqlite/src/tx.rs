@@ -1,15 +1,25 @@
 //! The writer's transaction: appends, projection rows, positions, shadows.
 //!
 //! Every method is a direct call into SQLite on the writer thread's own
-//! connection (`direct.rs`): the `async fn`s the store traits ask for finish
-//! without ever waiting, so the writer polls a piece of work to completion
-//! in one go. Writes run at once, so every read sees the piece's own writes.
+//! connection (`writer_connection.rs`): the `async fn`s the store traits ask
+//! for finish without ever waiting, so the writer polls a piece of work to
+//! completion in one go. Writes run at once, so every read sees the piece's
+//! own writes.
+//!
+//! *The `_now` methods:* a trait method whose body is more than one call
+//! has that body written as a plain method of the same name with `_now`
+//! appended (`append_now`, `advance_positions_now`, …), and the `async fn`
+//! only calls it. The name and the plain signature say what the trait's
+//! signature cannot: the work is done when the call returns. What each
+//! backend shares of that work (the append plan, the position check) is in
+//! `opledger_store`; what is left here is SQLite's statements.
 
 use crate::ddl::{self, Copy, SHADOW_SUFFIX};
-use crate::direct;
+use crate::writer_connection;
 use opledger_domain::projections::{all_specs, Cell, ProjectionSpec, Row, RowChange, TableSpec};
 use opledger_domain::EventEnvelope;
-use opledger_store::{ClaimQuery, ExpectedVersion, Lease, RowTarget, StoreError, StreamAppend, TableSet, WriteTx};
+use opledger_store::positions::{self, Positions};
+use opledger_store::{append, ClaimQuery, Lease, RowTarget, StoreError, StreamAppend, TableSet, WriteTx};
 use rusqlite::Connection;
 use std::collections::BTreeMap;
 
@@ -21,7 +31,7 @@ pub struct SqliteTx {
     /// Every projection's (version, position) as of this transaction, once
     /// read. Safe to cache: the writer holds the write lock, so only this
     /// transaction can change them until it commits.
-    positions: Option<BTreeMap<String, (i64, i64)>>,
+    positions: Option<Positions>,
     tables: TableSet,
     /// The first failed write of the current piece of work. The piece fails
     /// with it even if the work went on regardless, as it did when writes
@@ -32,7 +42,7 @@ pub struct SqliteTx {
 /// What `restore` needs to undo a rolled-back piece of work's cached state.
 pub(crate) struct Checkpoint {
     head: Option<i64>,
-    positions: Option<BTreeMap<String, (i64, i64)>>,
+    positions: Option<Positions>,
 }
 
 impl SqliteTx {
@@ -49,7 +59,7 @@ impl SqliteTx {
     /// Runs one parameterless statement: the writer's transaction and
     /// savepoint control.
     pub(crate) fn execute(&self, sql: &str) -> Result<(), StoreError> {
-        direct::execute(&self.connection, sql)
+        writer_connection::execute(&self.connection, sql)
     }
 
     /// Rolls back whatever transaction is open; errors are moot, the
@@ -102,17 +112,14 @@ impl SqliteTx {
     }
 
     fn copy(&self) -> Copy<'static> {
-        match self.tables {
-            TableSet::Live => Copy::Live,
-            TableSet::Shadow => Copy::Shadow,
-        }
+        self.tables.into()
     }
 
     fn current_head(&mut self) -> Result<i64, StoreError> {
         if let Some(head) = self.head {
             return Ok(head);
         }
-        let head = direct::select_optional::<i64>(
+        let head = writer_connection::select_optional::<i64>(
             &self.connection,
             "SELECT COALESCE(MAX(seq), 0) FROM media_operation_events",
             &[],
@@ -124,10 +131,10 @@ impl SqliteTx {
     }
 
     /// Every projection's (version, position), from the cache or the database.
-    fn projection_positions(&mut self) -> Result<&BTreeMap<String, (i64, i64)>, StoreError> {
+    fn projection_positions(&mut self) -> Result<&Positions, StoreError> {
         if self.positions.is_none() {
             let mut positions = BTreeMap::new();
-            direct::select(
+            writer_connection::select(
                 &self.connection,
                 "SELECT name, version, position FROM projection_positions",
                 &[],
@@ -135,7 +142,7 @@ impl SqliteTx {
                 |row| {
                     let read = (|| Ok::<_, rusqlite::Error>((row.get(0)?, (row.get(1)?, row.get(2)?))))();
                     let (name, entry) =
-                        read.map_err(|error| crate::error::map_direct(error, "reading projection positions"))?;
+                        read.map_err(|error| crate::error::map_rusqlite(error, "reading projection positions"))?;
                     positions.insert(name, entry);
                     Ok(())
                 },
@@ -168,8 +175,8 @@ impl SqliteTx {
             );
             let cells: Vec<Cell> = chunk.iter().map(|stream| Cell::Text(stream.to_string())).collect();
             let context = "reading stream versions";
-            direct::select(&self.connection, &sql, &cells, context, |row| {
-                let read = |error| crate::error::map_direct(error, context);
+            writer_connection::select(&self.connection, &sql, &cells, context, |row| {
+                let read = |error| crate::error::map_rusqlite(error, context);
                 let stream: String = row.get(0).map_err(read)?;
                 if let Some(version) = row.get::<_, Option<i64>>(1).map_err(read)? {
                     versions.insert(stream, version);
@@ -182,64 +189,17 @@ impl SqliteTx {
 
     fn append_now(&mut self, appends: Vec<StreamAppend>) -> Result<Vec<EventEnvelope>, StoreError> {
         let streams: Vec<&str> = appends.iter().map(|append| append.stream_id.as_str()).collect();
-        let mut versions = self.stream_versions(&streams)?;
-        // Check every expectation before writing anything, so a refusal
-        // leaves the log untouched.
-        for append in &appends {
-            let current = versions.get(append.stream_id.as_str()).copied().unwrap_or(0);
-            let expected_ok = match append.expected {
-                ExpectedVersion::Any => true,
-                ExpectedVersion::NoStream => current == 0,
-                ExpectedVersion::Exactly(version) => current == version,
-            };
-            if !expected_ok {
-                return Err(StoreError::conflict(format!(
-                    "stream {} is at version {current}, the append expected {:?}",
-                    append.stream_id, append.expected
-                )));
-            }
-        }
+        let versions = self.stream_versions(&streams)?;
         let head = self.current_head()?;
-        let mut envelopes = Vec::new();
-        let mut seq = head;
-        for append in appends {
-            let version = versions.entry(append.stream_id.as_str().to_string()).or_insert(0);
-            for new_event in append.events {
-                seq += 1;
-                *version += 1;
-                envelopes.push(EventEnvelope {
-                    seq,
-                    stream_id: append.stream_id.clone(),
-                    stream_version: *version,
-                    schema_version: new_event.event.schema_version(),
-                    recorded_at: new_event.recorded_at,
-                    actor: new_event.actor,
-                    correlation_id: new_event.correlation_id,
-                    causation_id: new_event.causation_id,
-                    event: new_event.event,
-                });
-            }
-        }
-        let inserted = direct::insert_events(&self.connection, &envelopes);
+        let planned = append::plan(head, versions, appends)?;
+        let inserted = writer_connection::insert_events(&self.connection, &planned.envelopes);
         self.wrote(inserted)?;
-        self.head = Some(seq);
-        Ok(envelopes)
+        self.head = Some(planned.head);
+        Ok(planned.envelopes)
     }
 
     fn advance_positions_now(&mut self, from: i64, to: i64) -> Result<(), StoreError> {
-        let positions = self.projection_positions()?;
-        for spec in all_specs() {
-            match positions.get(spec.name) {
-                Some((version, position)) if *version == i64::from(spec.version) && *position == from => {}
-                found => {
-                    return Err(StoreError::conflict(format!(
-                        "projection {} is at {found:?} (version, seq), not at seq {from} at version {}; \
-                         the database was changed by another version of opledger or needs catching up (restart)",
-                        spec.name, spec.version
-                    )))
-                }
-            }
-        }
+        positions::check_all_at(self.projection_positions()?, from)?;
         // Checked under the write lock, so the update cannot miss.
         let specs = all_specs();
         let sql = format!(
@@ -248,14 +208,10 @@ impl SqliteTx {
         );
         let mut cells = vec![Cell::Integer(to), Cell::Integer(from)];
         cells.extend(specs.iter().map(|spec| Cell::Text(spec.name.to_string())));
-        let updated = direct::execute_with(&self.connection, &sql, &cells, "advancing projection positions");
+        let updated = writer_connection::execute_with(&self.connection, &sql, &cells, "advancing projection positions");
         self.wrote(updated.map(|_| ()))?;
-        if let Some(positions) = self.positions.as_mut() {
-            for spec in all_specs() {
-                if let Some(entry) = positions.get_mut(spec.name) {
-                    entry.1 = to;
-                }
-            }
+        if let Some(cached) = self.positions.as_mut() {
+            positions::move_all(cached, to);
         }
         Ok(())
     }
@@ -263,7 +219,7 @@ impl SqliteTx {
     fn advance_position_now(&mut self, spec: &'static ProjectionSpec, from: i64, to: i64) -> Result<(), StoreError> {
         // Positions change below; forget the cached copy.
         self.positions = None;
-        let updated = direct::execute_with(
+        let updated = writer_connection::execute_with(
             &self.connection,
             "UPDATE projection_positions SET position = ? WHERE name = ? AND version = ? AND position = ?",
             &[
@@ -285,7 +241,7 @@ impl SqliteTx {
 
     /// The stored position of `name` at `version`, if any.
     fn position_of(&self, name: String, version: u32, context: &str) -> Result<Option<i64>, StoreError> {
-        direct::select_optional::<i64>(
+        writer_connection::select_optional::<i64>(
             &self.connection,
             "SELECT position FROM projection_positions WHERE name = ? AND version = ?",
             &[Cell::Text(name), Cell::Integer(i64::from(version))],
@@ -298,14 +254,14 @@ impl SqliteTx {
         self.positions = None;
         for table in spec.tables.iter().rev() {
             let sql = format!("DROP TABLE IF EXISTS {}", ddl::table_name(table.name, Copy::Shadow));
-            direct::script(&self.connection, &sql, "dropping an old shadow")?;
+            writer_connection::script(&self.connection, &sql, "dropping an old shadow")?;
         }
-        direct::script(
+        writer_connection::script(
             &self.connection,
             &ddl::render(spec, Copy::Shadow),
             &format!("creating the shadow of {}", spec.name),
         )?;
-        direct::execute_with(
+        writer_connection::execute_with(
             &self.connection,
             "INSERT INTO projection_positions (name, version, position) VALUES (?, ?, 0) \
              ON CONFLICT (name) DO UPDATE SET version = excluded.version, position = 0",
@@ -321,7 +277,7 @@ impl SqliteTx {
     fn set_shadow_position_now(&mut self, spec: &'static ProjectionSpec, position: i64) -> Result<(), StoreError> {
         // Positions change below; forget the cached copy.
         self.positions = None;
-        direct::execute_with(
+        writer_connection::execute_with(
             &self.connection,
             "UPDATE projection_positions SET position = ? WHERE name = ?",
             &[
@@ -363,20 +319,20 @@ impl SqliteTx {
             ));
         }
         for sql in script {
-            direct::script(&self.connection, &sql, &format!("swapping in shadows: {sql}"))?;
+            writer_connection::script(&self.connection, &sql, &format!("swapping in shadows: {sql}"))?;
         }
         // Indexes keep their shadow names through a rename; recreate them
         // under their live names so the next shadow can use the old ones.
         for table in &tables {
             let mut indexes: Vec<(String, String)> = Vec::new();
-            direct::select(
+            writer_connection::select(
                 &self.connection,
                 "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = ? AND sql IS NOT NULL",
                 &[Cell::Text(table.name.to_string())],
                 "listing shadow indexes",
                 |row| {
                     let read = (|| Ok::<_, rusqlite::Error>((row.get(0)?, row.get(1)?)))();
-                    indexes.push(read.map_err(|error| crate::error::map_direct(error, "listing shadow indexes"))?);
+                    indexes.push(read.map_err(|error| crate::error::map_rusqlite(error, "listing shadow indexes"))?);
                     Ok(())
                 },
             )?;
@@ -384,7 +340,7 @@ impl SqliteTx {
                 if let Some(live_name) = name.strip_prefix(&format!("{}{SHADOW_SUFFIX}", table.name)) {
                     let live_name = format!("{}{live_name}", table.name);
                     let create = sql.replacen(&name, &live_name, 1);
-                    direct::script(
+                    writer_connection::script(
                         &self.connection,
                         &format!("DROP INDEX {name}; {create}"),
                         "renaming a shadow index",
@@ -393,13 +349,13 @@ impl SqliteTx {
             }
         }
         for (spec, position) in shadow_positions {
-            direct::execute_with(
+            writer_connection::execute_with(
                 &self.connection,
                 "DELETE FROM projection_positions WHERE name = ?",
                 &[Cell::Text(format!("{}{SHADOW_SUFFIX}", spec.name))],
                 "dropping the shadow position",
             )?;
-            direct::execute_with(
+            writer_connection::execute_with(
                 &self.connection,
                 "INSERT INTO projection_positions (name, version, position) VALUES (?, ?, ?) \
                  ON CONFLICT (name) DO UPDATE SET version = excluded.version, position = excluded.position",
@@ -417,7 +373,7 @@ impl SqliteTx {
 
 impl RowTarget for SqliteTx {
     async fn load_rows(&mut self, table: &'static TableSpec, keys: &[String]) -> Result<Vec<Row>, StoreError> {
-        direct::load(&self.connection, table, self.copy(), keys)
+        writer_connection::load(&self.connection, table, self.copy(), keys)
     }
 
     async fn load_rows_where(
@@ -426,7 +382,7 @@ impl RowTarget for SqliteTx {
         column: &'static str,
         value: &Cell,
     ) -> Result<Vec<Row>, StoreError> {
-        direct::find(
+        writer_connection::find(
             &self.connection,
             table,
             self.copy(),
@@ -440,7 +396,7 @@ impl RowTarget for SqliteTx {
             .iter()
             .flat_map(|spec| spec.tables.iter().copied())
             .collect();
-        let written = direct::write_rows(&self.connection, &order, self.copy(), changes);
+        let written = writer_connection::write_rows(&self.connection, &order, self.copy(), changes);
         self.wrote(written)
     }
 }
@@ -467,7 +423,7 @@ impl WriteTx for SqliteTx {
     }
 
     async fn read_events(&mut self, after: i64, limit: usize) -> Result<Vec<EventEnvelope>, StoreError> {
-        direct::read_events(&self.connection, after, limit)
+        writer_connection::read_events(&self.connection, after, limit)
     }
 
     async fn head(&mut self) -> Result<i64, StoreError> {
@@ -500,19 +456,19 @@ impl WriteTx for SqliteTx {
         filters: &[(&'static str, Cell)],
         limit: usize,
     ) -> Result<Vec<Row>, StoreError> {
-        direct::find(&self.connection, table, self.copy(), filters, limit)
+        writer_connection::find(&self.connection, table, self.copy(), filters, limit)
     }
 
     async fn claimable(&mut self, query: &ClaimQuery) -> Result<Vec<Row>, StoreError> {
-        direct::claimable(&self.connection, self.copy(), query)
+        writer_connection::claimable(&self.connection, self.copy(), query)
     }
 
     async fn lease(&mut self, claim_token: &str) -> Result<Option<Lease>, StoreError> {
-        direct::lease(&self.connection, claim_token)
+        writer_connection::lease(&self.connection, claim_token)
     }
 
     async fn leases(&mut self, claim_tokens: &[String]) -> Result<Vec<Lease>, StoreError> {
-        direct::leases(&self.connection, claim_tokens)
+        writer_connection::leases(&self.connection, claim_tokens)
     }
 
     async fn find_rows_in(
@@ -521,16 +477,16 @@ impl WriteTx for SqliteTx {
         column: &'static str,
         values: &[Cell],
     ) -> Result<Vec<Row>, StoreError> {
-        direct::find_in(&self.connection, table, self.copy(), column, values)
+        writer_connection::find_in(&self.connection, table, self.copy(), column, values)
     }
 
     async fn put_lease(&mut self, lease: &Lease) -> Result<(), StoreError> {
-        let written = direct::put_lease(&self.connection, lease);
+        let written = writer_connection::put_lease(&self.connection, lease);
         self.wrote(written)
     }
 
     async fn delete_lease(&mut self, claim_token: &str) -> Result<(), StoreError> {
-        let written = direct::delete_lease(&self.connection, claim_token);
+        let written = writer_connection::delete_lease(&self.connection, claim_token);
         self.wrote(written)
     }
 }
@@ -540,22 +496,22 @@ impl WriteTx for SqliteTx {
 /// Projections stored at another version are left for the shadow rebuild.
 /// Runs on the writer's connection before it takes any work.
 pub(crate) fn ensure_projection_tables(connection: &Connection) -> Result<(), StoreError> {
-    direct::execute(connection, "BEGIN IMMEDIATE")?;
+    writer_connection::execute(connection, "BEGIN IMMEDIATE")?;
     let result = (|| {
         for spec in all_specs() {
-            let known = direct::select_optional::<i64>(
+            let known = writer_connection::select_optional::<i64>(
                 connection,
                 "SELECT version FROM projection_positions WHERE name = ?",
                 &[Cell::Text(spec.name.to_string())],
                 "reading projection versions",
             )?;
             if known.is_none() {
-                direct::script(
+                writer_connection::script(
                     connection,
                     &ddl::render(spec, Copy::Live),
                     &format!("creating projection {}", spec.name),
                 )?;
-                direct::execute_with(
+                writer_connection::execute_with(
                     connection,
                     "INSERT INTO projection_positions (name, version, position) VALUES (?, ?, 0)",
                     &[
@@ -569,6 +525,6 @@ pub(crate) fn ensure_projection_tables(connection: &Connection) -> Result<(), St
         Ok::<_, StoreError>(())
     })();
     let end = if result.is_ok() { "COMMIT" } else { "ROLLBACK" };
-    direct::execute(connection, end)?;
+    writer_connection::execute(connection, end)?;
     result
 }

@@ -12,14 +12,14 @@
 //!
 //! *Why a thread:* every statement through an async driver is a handoff to
 //! the driver's thread and back. Here a piece of work runs on the thread
-//! that owns the connection, and the only handoffs left are the job going
+//! that owns the connection, and the only handoffs left are the piece going
 //! in and the answer coming out.
 
 use crate::config::Synchronous;
 use crate::tx::SqliteTx;
 use futures::executor::block_on;
-use opledger_store::{BoxFuture, StoreError};
-use std::marker::PhantomData;
+use opledger_store::group_commit::{Done, Piece};
+use opledger_store::StoreError;
 use std::panic::AssertUnwindSafe;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
@@ -40,81 +40,8 @@ const MAX_GROUP: usize = 256;
 /// pieces became groups of four, +5–10% tasks/s; claim latency unchanged.
 const LATE_JOIN_WINDOW: Duration = Duration::from_millis(20);
 
-/// What a piece of work left behind: whether it succeeded, and how to
-/// answer its caller once the commit outcome is known.
-pub(crate) struct Done {
-    ok: bool,
-    finish: Box<dyn FnOnce(Result<(), StoreError>) + Send>,
-}
-
-/// One caller's work, type-erased so pieces of different types can queue
-/// together.
-pub(crate) trait Job: Send {
-    fn run<'t>(self: Box<Self>, tx: &'t mut SqliteTx) -> BoxFuture<'t, Done>;
-    /// Answers the caller without running (the transaction could not start).
-    fn abort(self: Box<Self>, error: StoreError);
-    /// Whether the work changes only liveness (see `Store::write_liveness`).
-    fn is_liveness(&self) -> bool;
-}
-
-pub(crate) struct WorkJob<F, R, E> {
-    work: F,
-    sender: oneshot::Sender<Result<R, E>>,
-    liveness: bool,
-    _result: PhantomData<fn() -> (R, E)>,
-}
-
-impl<F, R, E> WorkJob<F, R, E> {
-    pub(crate) fn new(work: F, sender: oneshot::Sender<Result<R, E>>) -> Self {
-        WorkJob {
-            work,
-            sender,
-            liveness: false,
-            _result: PhantomData,
-        }
-    }
-
-    /// Marks the work as liveness only.
-    pub(crate) fn liveness(mut self) -> Self {
-        self.liveness = true;
-        self
-    }
-}
-
-impl<F, R, E> Job for WorkJob<F, R, E>
-where
-    R: Send + 'static,
-    E: From<StoreError> + Send + 'static,
-    F: for<'t> FnOnce(&'t mut SqliteTx) -> BoxFuture<'t, Result<R, E>> + Send + 'static,
-{
-    fn run<'t>(self: Box<Self>, tx: &'t mut SqliteTx) -> BoxFuture<'t, Done> {
-        let WorkJob { work, sender, .. } = *self;
-        Box::pin(async move {
-            let result = work(tx).await;
-            let ok = result.is_ok();
-            Done {
-                ok,
-                finish: Box::new(move |commit: Result<(), StoreError>| {
-                    let answer = match (result, commit) {
-                        (Ok(value), Ok(())) => Ok(value),
-                        (Ok(_), Err(error)) => Err(E::from(error)),
-                        (Err(error), _) => Err(error),
-                    };
-                    // The caller may have given up waiting; nothing to do then.
-                    let _ = sender.send(answer);
-                }),
-            }
-        })
-    }
-
-    fn abort(self: Box<Self>, error: StoreError) {
-        let _ = self.sender.send(Err(E::from(error)));
-    }
-
-    fn is_liveness(&self) -> bool {
-        self.liveness
-    }
-}
+/// One caller's work as the writer thread queues it.
+pub(crate) type QueuedPiece = Box<dyn Piece<SqliteTx>>;
 
 /// Starts the writer thread: it opens the writer connection (`open`),
 /// answers `ready` with the outcome, then takes work until every store
@@ -122,7 +49,7 @@ where
 pub(crate) fn start(
     open: impl FnOnce() -> Result<rusqlite::Connection, StoreError> + Send + 'static,
     synchronous: Synchronous,
-    jobs: mpsc::Receiver<Box<dyn Job>>,
+    pieces: mpsc::Receiver<QueuedPiece>,
 ) -> Result<oneshot::Receiver<Result<(), StoreError>>, StoreError> {
     let (ready, opened) = oneshot::channel();
     // Work ran on a Tokio task before it ran here; entering the opener's
@@ -136,7 +63,7 @@ pub(crate) fn start(
             match open() {
                 Ok(connection) => {
                     let _ = ready.send(Ok(()));
-                    run(SqliteTx::new(connection), synchronous, jobs);
+                    run(SqliteTx::new(connection), synchronous, pieces);
                 }
                 Err(error) => {
                     let _ = ready.send(Err(error));
@@ -148,14 +75,14 @@ pub(crate) fn start(
 }
 
 /// The writer loop: waits for work, groups whatever else is queued, runs it.
-fn run(mut tx: SqliteTx, synchronous: Synchronous, mut jobs: mpsc::Receiver<Box<dyn Job>>) {
+fn run(mut tx: SqliteTx, synchronous: Synchronous, mut pieces: mpsc::Receiver<QueuedPiece>) {
     // `blocking_recv` parks this thread (it is not a runtime thread) until
     // a caller sends; callers keep queueing while a group runs and commits.
-    while let Some(first) = jobs.blocking_recv() {
+    while let Some(first) = pieces.blocking_recv() {
         let mut group = vec![first];
         while group.len() < MAX_GROUP {
-            match jobs.try_recv() {
-                Ok(job) => group.push(job),
+            match pieces.try_recv() {
+                Ok(piece) => group.push(piece),
                 Err(_) => break,
             }
         }
@@ -163,13 +90,13 @@ fn run(mut tx: SqliteTx, synchronous: Synchronous, mut jobs: mpsc::Receiver<Box<
         // fsync: its WAL frames reach the disk with the next durable
         // commit or checkpoint. (The setting cannot change inside a
         // transaction, so it is decided per group, before BEGIN.)
-        let relaxed = synchronous == Synchronous::Full && group.iter().all(|job| job.is_liveness());
+        let relaxed = synchronous == Synchronous::Full && group.iter().all(|piece| piece.is_liveness());
         if relaxed {
             relax(&tx, "NORMAL");
         }
         // Pieces that arrive while the group runs may join it, but not a
         // relaxed group: they would commit without their fsync.
-        let late = if relaxed { None } else { Some(&mut jobs) };
+        let late = if relaxed { None } else { Some(&mut pieces) };
         run_group(&mut tx, group, late);
         if relaxed {
             relax(&tx, synchronous.pragma_value());
@@ -191,33 +118,33 @@ fn relax(tx: &SqliteTx, level: &str) {
 /// through without parking; a piece that awaited anything else (a lock, a
 /// channel, a timer) would still complete, only holding up the writer
 /// meanwhile, as it did when the writer was a task.
-fn run_piece(job: Box<dyn Job>, tx: &mut SqliteTx) -> std::thread::Result<Done> {
-    std::panic::catch_unwind(AssertUnwindSafe(|| block_on(job.run(tx))))
+fn run_piece(piece: QueuedPiece, tx: &mut SqliteTx) -> std::thread::Result<Done> {
+    std::panic::catch_unwind(AssertUnwindSafe(|| block_on(piece.run(tx))))
 }
 
 /// Runs `group` in one transaction, then, while the transaction is still
 /// open, whatever arrived on `late` meanwhile (see [`LATE_JOIN_WINDOW`]),
 /// and commits.
-fn run_group(tx: &mut SqliteTx, group: Vec<Box<dyn Job>>, mut late: Option<&mut mpsc::Receiver<Box<dyn Job>>>) {
+fn run_group(tx: &mut SqliteTx, group: Vec<QueuedPiece>, mut late: Option<&mut mpsc::Receiver<QueuedPiece>>) {
     let started = std::time::Instant::now();
     let mut pieces = group.len();
     // A lone piece needs no savepoint: its failure rolls back the transaction.
     let mut use_savepoints = group.len() > 1;
     if let Err(error) = tx.execute("BEGIN IMMEDIATE") {
         tx.rollback_quietly();
-        for job in group {
-            job.abort(error.clone());
+        for piece in group {
+            piece.abort(error.clone());
         }
         return;
     }
     tx.begin_transaction();
-    let mut finishes = Vec::with_capacity(group.len());
+    let mut answers = Vec::with_capacity(group.len());
     let mut broken: Option<StoreError> = None;
     let mut any_ok = false;
-    let mut queue: std::collections::VecDeque<Box<dyn Job>> = group.into();
+    let mut queue: std::collections::VecDeque<QueuedPiece> = group.into();
     loop {
-        let job = match queue.pop_front() {
-            Some(job) => job,
+        let piece = match queue.pop_front() {
+            Some(piece) => piece,
             None => {
                 // The group's own pieces are done. A piece that arrived
                 // meanwhile joins while the group is young, none failed the
@@ -232,44 +159,42 @@ fn run_group(tx: &mut SqliteTx, group: Vec<Box<dyn Job>>, mut late: Option<&mut 
                     .filter(|_| open && young)
                     .map(mpsc::Receiver::try_recv)
                 {
-                    Some(Ok(job)) => {
+                    Some(Ok(piece)) => {
                         pieces += 1;
                         use_savepoints = true;
-                        job
+                        piece
                     }
                     _ => break,
                 }
             }
         };
         if let Some(error) = &broken {
-            job.abort(error.clone());
+            piece.abort(error.clone());
             continue;
         }
         if use_savepoints {
             if let Err(error) = tx.execute("SAVEPOINT work") {
-                job.abort(error.clone());
+                piece.abort(error.clone());
                 broken = Some(error);
                 continue;
             }
         }
         let before = tx.checkpoint();
-        let mut outcome = run_piece(job, tx);
+        let mut outcome = run_piece(piece, tx);
         // A write that failed fails the piece, even if the work carried on;
         // a piece that succeeded releases its savepoint into the transaction.
         if let Ok(done) = &mut outcome {
-            if done.ok {
+            if done.ok() {
                 let mut end = tx.take_failure();
                 if end.is_ok() && use_savepoints {
                     end = tx.execute("RELEASE work");
                 }
                 if let Err(error) = end {
-                    done.ok = false;
-                    let finish = std::mem::replace(&mut done.finish, Box::new(|_| {}));
-                    done.finish = Box::new(move |_| finish(Err(error)));
+                    done.fail(error);
                 }
             }
         }
-        let ok = matches!(&outcome, Ok(done) if done.ok);
+        let ok = matches!(&outcome, Ok(done) if done.ok());
         if ok {
             any_ok = true;
         } else {
@@ -283,8 +208,8 @@ fn run_group(tx: &mut SqliteTx, group: Vec<Box<dyn Job>>, mut late: Option<&mut 
         }
         match outcome {
             // A failed piece's answer is its own error; the commit cannot change it.
-            Ok(done) if !done.ok => (done.finish)(Ok(())),
-            Ok(done) => finishes.push(done.finish),
+            Ok(done) if !done.ok() => done.answer(Ok(())),
+            Ok(done) => answers.push(done),
             // A panicking piece dropped its answer channel; its caller hears so.
             Err(_) => {}
         }
@@ -307,7 +232,7 @@ fn run_group(tx: &mut SqliteTx, group: Vec<Box<dyn Job>>, mut late: Option<&mut 
         tx.begin_transaction();
     }
     // Answered only now, after COMMIT returned: an answer means durable.
-    for finish in finishes {
-        finish(commit.clone());
+    for done in answers {
+        done.answer(commit.clone());
     }
 }

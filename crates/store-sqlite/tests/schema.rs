@@ -5,7 +5,7 @@
 //! views; and the step-by-step migration history is accepted by the full
 //! migrator. (The PostgreSQL half is `crates/store-postgres/tests/schema.rs`.)
 
-use opledger_store::conformance::Harness;
+use opledger_store_conformance::Harness;
 use opledger_store_sqlite::MIGRATOR;
 use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{Connection, SqliteConnection};

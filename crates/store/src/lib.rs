@@ -1,17 +1,28 @@
 //! Storage contracts of opledger: the traits every backend implements, the
-//! neutral error kinds they map their native errors to, and the conformance
-//! suite that proves a backend behaves like the others.
+//! neutral error kinds they map their native errors to, and the parts of a
+//! backend that are the same on every database: the append plan (the log's
+//! expected-version check and numbering), the projection-position check,
+//! the pieces of work a group-committing writer queues, the naming of the
+//! projection tables' copies, and the log's decoding and paging.
 //!
 //! This crate must not know any particular database: no SQL, no driver, no
-//! SQLSTATE. Backends (opledger-store-sqlite, opledger-store-postgres) translate their
-//! native errors into [`ErrorKind`] inside their own crate, so the engine and
-//! the CLI never look at a backend's error codes. It must not know business
-//! rules either: it persists events and projection rows that the domain's
-//! folds computed, and enforces only what a log must (append-only, versions).
+//! SQLSTATE (`tests/architecture.rs` checks that its code holds no SQL).
+//! Backends (opledger-store-sqlite, opledger-store-postgres) keep their
+//! statements and translate their native errors into [`ErrorKind`] inside
+//! their own crate, so the engine and the CLI never look at a backend's
+//! error codes. It must not know business rules either: it persists events
+//! and projection rows that the domain's folds computed, and enforces only
+//! what a log must (append-only, versions). The conformance suite that
+//! proves a backend keeps these contracts is a crate of its own
+//! (opledger-store-conformance), since it probes the database with SQL.
 
-pub mod conformance;
+pub mod append;
 mod error;
 pub mod floor;
+pub mod group_commit;
+pub mod log;
+pub mod positions;
+pub mod tables;
 mod traits;
 
 pub use error::{ErrorKind, StoreError};

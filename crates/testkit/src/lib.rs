@@ -22,7 +22,7 @@
 pub mod postgres;
 pub mod sqlite;
 
-pub use opledger_store::conformance::Harness;
+pub use opledger_store_conformance::Harness;
 pub use postgres::PostgresBackend;
 pub use sqlite::SqliteBackend;
 

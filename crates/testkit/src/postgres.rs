@@ -3,8 +3,8 @@
 //! `CI=true`).
 
 use crate::Backend;
-use opledger_store::conformance::Harness;
 use opledger_store::{ErrorKind, StoreError};
+use opledger_store_conformance::Harness;
 use opledger_store_postgres::{PostgresConfig, PostgresStore};
 use sqlx::{Connection, Executor, PgConnection};
 use std::io::Write;

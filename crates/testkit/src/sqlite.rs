@@ -1,8 +1,8 @@
 //! A fresh SQLite database file in a temporary folder of its own.
 
 use crate::Backend;
-use opledger_store::conformance::Harness;
 use opledger_store::{ErrorKind, StoreError};
+use opledger_store_conformance::Harness;
 use opledger_store_sqlite::{SqliteConfig, SqliteStore};
 use std::path::{Path, PathBuf};
 

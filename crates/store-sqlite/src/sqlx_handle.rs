@@ -1,7 +1,7 @@
-//! Bulk paths that step prepared statements directly on the connection's
-//! SQLite handle, which sqlx lends out with `lock_handle`: the log scan
-//! (replay, `read_all`) and bulk row writes (replay into scratch). The
-//! writer needs none of this: it owns a plain connection (`direct.rs`).
+//! Statements stepped directly on the SQLite handle of a sqlx connection,
+//! which sqlx lends out with `lock_handle`: the log scan (replay,
+//! `read_all`) and bulk row writes (replay into scratch). The writer needs
+//! none of this: it owns a plain rusqlite connection (`writer_connection.rs`).
 //!
 //! Through the driver, every row travels between SQLite's thread and ours
 //! and every parameter is copied twice; for a replay of a million events
@@ -12,9 +12,9 @@
 use crate::ddl::{self, Copy};
 use crate::error::map;
 use libsqlite3_sys as ffi;
-use opledger_domain::events::Event;
 use opledger_domain::projections::{Cell, Row, RowChange, TableSpec};
-use opledger_domain::{EventEnvelope, StreamId, Timestamp};
+use opledger_domain::EventEnvelope;
+use opledger_store::log::{self, RecordedAt, StoredEvent};
 use opledger_store::StoreError;
 use sqlx::SqliteConnection;
 use std::ffi::{c_int, CStr};
@@ -227,16 +227,6 @@ unsafe fn decode_row(statement: *mut ffi::sqlite3_stmt) -> Result<EventEnvelope,
         let bytes = text(statement, index).ok_or_else(|| corrupt(format!("{name} is NULL")))?;
         std::str::from_utf8(bytes).map_err(|error| corrupt(format!("{name} is not UTF-8: {error}")))
     };
-    let stream_id = string(1, "stream_id")?.to_string();
-    let stream_version = ffi::sqlite3_column_int64(statement, 2);
-    let event_type = string(3, "event_type")?;
-    let schema_version =
-        u32::try_from(ffi::sqlite3_column_int64(statement, 4)).map_err(|error| corrupt(error.to_string()))?;
-    let payload = string(5, "payload")?;
-    let event = Event::decode(event_type, schema_version, payload).map_err(|error| corrupt(error.to_string()))?;
-    let recorded_at = Timestamp::parse(string(6, "recorded_at")?).map_err(corrupt)?;
-    let actor = string(7, "actor")?.to_string();
-    let correlation_id = string(8, "correlation_id")?.to_string();
     let causation_id = match text(statement, 9) {
         None => None,
         Some(bytes) => Some(
@@ -245,15 +235,16 @@ unsafe fn decode_row(statement: *mut ffi::sqlite3_stmt) -> Result<EventEnvelope,
                 .to_string(),
         ),
     };
-    Ok(EventEnvelope {
+    log::decode(StoredEvent {
         seq,
-        stream_id: StreamId::from_stored(stream_id),
-        stream_version,
-        schema_version,
-        recorded_at,
-        actor,
-        correlation_id,
+        stream_id: string(1, "stream_id")?.to_string(),
+        stream_version: ffi::sqlite3_column_int64(statement, 2),
+        event_type: string(3, "event_type")?,
+        schema_version: ffi::sqlite3_column_int64(statement, 4),
+        payload: string(5, "payload")?,
+        recorded_at: RecordedAt::Text(string(6, "recorded_at")?),
+        actor: string(7, "actor")?.to_string(),
+        correlation_id: string(8, "correlation_id")?.to_string(),
         causation_id,
-        event,
     })
 }

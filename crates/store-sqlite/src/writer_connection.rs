@@ -8,11 +8,12 @@
 //! so both drivers run the same SQL.
 
 use crate::ddl::Copy;
-use crate::error::map_direct;
-use crate::rows::{self, StoredEvent, MAX_PARAMS};
+use crate::error::map_rusqlite;
+use crate::rows::{self, MAX_PARAMS};
 use crate::work::{self, StoredLease};
 use opledger_domain::projections::{Cell, ColumnType, Key, Row, RowChange, TableSpec};
 use opledger_domain::{EventEnvelope, Timestamp};
+use opledger_store::log::{self, RecordedAt, StoredEvent};
 use opledger_store::{ClaimQuery, Lease, StoreError};
 use rusqlite::types::{Null, ValueRef};
 use rusqlite::{CachedStatement, Connection};
@@ -22,7 +23,7 @@ use std::rc::Rc;
 use uuid::Uuid;
 
 /// The log scan inside the writer's transaction (catch-up and shadow
-/// rebuilds), the same statement `raw.rs` steps for readers.
+/// rebuilds), the same statement `sqlx_handle.rs` steps for readers.
 const READ_EVENTS: &str = "SELECT seq, stream_id, stream_version, event_type, schema_version, payload, \
      recorded_at, actor, correlation_id, causation_id \
      FROM main.media_operation_events WHERE seq > ?1 ORDER BY seq LIMIT ?2";
@@ -37,7 +38,7 @@ pub(crate) fn prepare<'c>(
 ) -> Result<CachedStatement<'c>, StoreError> {
     connection
         .prepare_cached(sql)
-        .map_err(|error| map_direct(error, context))
+        .map_err(|error| map_rusqlite(error, context))
 }
 
 /// Binds one cell as parameter `index` (1-based), in the stored form the
@@ -64,7 +65,7 @@ fn bind_all<'a>(
     context: &str,
 ) -> Result<(), StoreError> {
     for (index, cell) in cells.into_iter().enumerate() {
-        bind(statement, index + 1, cell).map_err(|error| map_direct(error, context))?;
+        bind(statement, index + 1, cell).map_err(|error| map_rusqlite(error, context))?;
     }
     Ok(())
 }
@@ -74,7 +75,7 @@ pub(crate) fn execute(connection: &Connection, sql: &str) -> Result<(), StoreErr
     prepare(connection, sql, sql)?
         .raw_execute()
         .map(|_| ())
-        .map_err(|error| map_direct(error, sql))
+        .map_err(|error| map_rusqlite(error, sql))
 }
 
 /// Runs one statement with `cells` as its parameters; returns the rows changed.
@@ -86,14 +87,14 @@ pub(crate) fn execute_with(
 ) -> Result<usize, StoreError> {
     let mut statement = prepare(connection, sql, context)?;
     bind_all(&mut statement, cells, context)?;
-    statement.raw_execute().map_err(|error| map_direct(error, context))
+    statement.raw_execute().map_err(|error| map_rusqlite(error, context))
 }
 
 /// Runs one or more statements without parameters (DDL).
 pub(crate) fn script(connection: &Connection, sql: &str, context: &str) -> Result<(), StoreError> {
     connection
         .execute_batch(sql)
-        .map_err(|error| map_direct(error, context))
+        .map_err(|error| map_rusqlite(error, context))
 }
 
 /// Runs a query with `cells` as its parameters and calls `each` per row.
@@ -107,7 +108,7 @@ pub(crate) fn select(
     let mut statement = prepare(connection, sql, context)?;
     bind_all(&mut statement, cells, context)?;
     let mut rows = statement.raw_query();
-    while let Some(row) = rows.next().map_err(|error| map_direct(error, context))? {
+    while let Some(row) = rows.next().map_err(|error| map_rusqlite(error, context))? {
         each(row)?;
     }
     Ok(())
@@ -123,7 +124,7 @@ pub(crate) fn select_optional<T: rusqlite::types::FromSql>(
     let mut found = None;
     select(connection, sql, cells, context, |row| {
         if found.is_none() {
-            found = Some(row.get::<_, T>(0).map_err(|error| map_direct(error, context))?);
+            found = Some(row.get::<_, T>(0).map_err(|error| map_rusqlite(error, context))?);
         }
         Ok(())
     })?;
@@ -165,7 +166,7 @@ fn decode_row(row: &rusqlite::Row<'_>, table: &'static TableSpec) -> Result<Row,
         .map(|(index, column)| {
             let value = row
                 .get_ref(index)
-                .map_err(|error| map_direct(error, &format!("reading {}", table.name)))?;
+                .map_err(|error| map_rusqlite(error, &format!("reading {}", table.name)))?;
             decode_cell(value, index, column.ty, table.name)
         })
         .collect::<Result<Vec<_>, _>>()?;
@@ -283,10 +284,10 @@ pub(crate) fn write_rows(
             for row in chunk {
                 for cell in row.to_cells() {
                     index += 1;
-                    bind(&mut statement, index, &cell).map_err(|error| map_direct(error, &context))?;
+                    bind(&mut statement, index, &cell).map_err(|error| map_rusqlite(error, &context))?;
                 }
             }
-            statement.raw_execute().map_err(|error| map_direct(error, &context))?;
+            statement.raw_execute().map_err(|error| map_rusqlite(error, &context))?;
         }
     }
     for table in table_order.iter().rev() {
@@ -317,7 +318,7 @@ fn update_columns(
 ) -> Result<usize, StoreError> {
     // The context is formatted only on failure: this runs for most rows a
     // command writes.
-    let failed = |error| map_direct(error, &format!("updating {}", crate::ddl::table_name(table.name, copy)));
+    let failed = |error| map_rusqlite(error, &format!("updating {}", crate::ddl::table_name(table.name, copy)));
     let positions: Vec<usize> = changed.iter().map(|(position, _)| *position).collect();
     let sql = update_sql_cached(table, copy, &positions);
     let mut statement = connection.prepare_cached(&sql).map_err(failed)?;
@@ -369,9 +370,9 @@ pub(crate) fn insert_events(connection: &Connection, envelopes: &[EventEnvelope]
         );
         let mut statement = prepare(connection, &sql, context)?;
         for (position, envelope) in chunk.iter().enumerate() {
-            bind_event(&mut statement, position * 10, envelope).map_err(|error| map_direct(error, context))?;
+            bind_event(&mut statement, position * 10, envelope).map_err(|error| map_rusqlite(error, context))?;
         }
-        statement.raw_execute().map_err(|error| map_direct(error, context))?;
+        statement.raw_execute().map_err(|error| map_rusqlite(error, context))?;
     }
     Ok(())
 }
@@ -401,7 +402,9 @@ pub(crate) fn read_events(connection: &Connection, after: i64, limit: usize) -> 
         &[Cell::Integer(after), limit],
         "scanning the event log",
         |row| {
-            let seq = row.get::<_, i64>(0).map_err(|error| map_direct(error, "reading seq"))?;
+            let seq = row
+                .get::<_, i64>(0)
+                .map_err(|error| map_rusqlite(error, "reading seq"))?;
             let column = |error: rusqlite::Error| StoreError::corrupt_at(seq, error.to_string());
             let text = |index: usize| -> Result<&str, StoreError> {
                 let value = row.get_ref(index).map_err(column)?;
@@ -409,14 +412,14 @@ pub(crate) fn read_events(connection: &Connection, after: i64, limit: usize) -> 
                     .as_str()
                     .map_err(|error| StoreError::corrupt_at(seq, format!("column {index}: {error}")))
             };
-            events.push(rows::envelope(StoredEvent {
+            events.push(log::decode(StoredEvent {
                 seq,
                 stream_id: row.get(1).map_err(column)?,
                 stream_version: row.get(2).map_err(column)?,
                 event_type: text(3)?,
                 schema_version: row.get(4).map_err(column)?,
                 payload: text(5)?,
-                recorded_at: text(6)?,
+                recorded_at: RecordedAt::Text(text(6)?),
                 actor: row.get(7).map_err(column)?,
                 correlation_id: row.get(8).map_err(column)?,
                 causation_id: row.get(9).map_err(column)?,
@@ -468,7 +471,7 @@ fn decode_lease(row: &rusqlite::Row<'_>) -> Result<Lease, StoreError> {
             progress_unrecorded: row.get(9)?,
         })
     })()
-    .map_err(|error| map_direct(error, "reading a lease"))?;
+    .map_err(|error| map_rusqlite(error, "reading a lease"))?;
     work::lease_from(stored)
 }
 
