@@ -76,8 +76,9 @@ impl Stamp {
 /// transaction lifetime) and borrowed arguments cannot be proven `Send` for
 /// every lifetime at the caller's `tokio::spawn`, and so could not be
 /// spawned onto a runtime; boxed here, `Send` is proven once, for the
-/// method's own lifetimes. Each such method's body is one
-/// `spawnable(async move { … })`.
+/// method's own lifetimes. Each such method's body is one `spawnable(…)`
+/// of its work (an `async move` block, or a private `async fn` shared by
+/// several of them).
 pub(crate) fn spawnable<'a, T>(future: impl Future<Output = T> + Send + 'a) -> BoxFuture<'a, T> {
     Box::pin(future)
 }

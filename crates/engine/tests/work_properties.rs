@@ -172,7 +172,10 @@ async fn open_engine(
         .with_task_version("metadata", &metadata_version.to_string())
         .expect("a known kind");
     engine.startup().await.expect("startup");
-    engine.maintain(&CommandContext::actor("system")).await.expect("maintenance");
+    engine
+        .maintain(&CommandContext::actor("system"))
+        .await
+        .expect("maintenance");
     engine
 }
 

@@ -161,10 +161,14 @@ impl<S: Store> Engine<S> {
                         appends.push(state_append(&state, vec![stamp.event(event)]));
                         // The fold needs the row it claimed, and knows it is
                         // in no other table.
-                        for (table, key) in state_locations(state.operation_id) {
-                            let row = (table.name == state.table().name).then(|| Row::ProcessingState(state.clone()));
-                            rows.insert_loaded(key, row);
-                        }
+                        let [(first_table, first), (_, second)] = state_locations(state.operation_id);
+                        let (own, other) = if first_table.name == state.table().name {
+                            (first, second)
+                        } else {
+                            (second, first)
+                        };
+                        rows.insert_loaded(own, Some(Row::ProcessingState(state)));
+                        rows.insert_loaded(other, None);
                     }
                     // A region task's worker needs the item the region is on.
                     let region_keys: Vec<String> = claims
