@@ -8,15 +8,19 @@
 //!
 //! Fencing: a worker's report names its claim token (and, from the library,
 //! the revision it claimed). It is accepted only while that claim holds the
-//! task; otherwise it is a conflict and nothing is recorded.
+//! task; otherwise it is a conflict and nothing is recorded. Each decision
+//! about a held claim ([`decide_report`], [`decide_heartbeat`],
+//! [`decide_progress`]) checks the fence itself, first, so no caller can
+//! decide on a claim it no longer holds.
 
 use crate::error::DomainError;
 use crate::events::{
-    Event, OperationClaimed, OperationFailed, OperationInterrupted, OperationReason, OperationRetryScheduled,
-    OperationRevisionRequested, OperationSucceeded, OperationSuperseded,
+    Event, OperationClaimed, OperationFailed, OperationInterrupted, OperationProgressed, OperationReason,
+    OperationRetryScheduled, OperationRevisionRequested, OperationSucceeded, OperationSuperseded,
 };
+use crate::lease::LeaseMs;
 use crate::projections::ProcessingStateRow;
-use crate::tasks::{Exhausted, RetryPolicy, CLAIMABLE_STATUSES};
+use crate::tasks::{task_kind, Exhausted, RetryPolicy, CLAIMABLE_STATUSES};
 use crate::time::Timestamp;
 use crate::transitions::{self, Cause};
 use serde_json::Value;
@@ -47,7 +51,20 @@ pub enum Completion {
     NoResult { reason: String },
 }
 
-/// Refuses a report whose claim no longer holds the task.
+/// How a worker ended one claim.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ClaimOutcome {
+    /// Finished: an output, or no result.
+    Complete(Completion),
+    /// Failed: retried with backoff while attempts remain unless `terminal`.
+    Fail { error: String, terminal: bool },
+    /// Stopped after a cancel request, its temporary outputs removed.
+    AcknowledgeCancel,
+}
+
+/// Refuses a report whose claim no longer holds the task. The decisions
+/// below apply it; a read that answers for a claim (is it still standing?)
+/// applies it too.
 pub fn check_fence(row: &ProcessingStateRow, fence: &Fence) -> Result<(), DomainError> {
     if row.claim_token.as_deref() != Some(fence.claim_token.as_str()) {
         return Err(DomainError::Conflict(format!(
@@ -131,15 +148,76 @@ fn superseded(row: &ProcessingStateRow) -> bool {
     row.claimed_revision.as_deref() != Some(row.requested_revision.as_str())
 }
 
+/// A worker's report of how its claim ended: refused as a conflict unless
+/// the claim still holds the task, else the events that record it. `now`
+/// and `jitter_draw` are used by a retryable failure only: its retry is
+/// due after a backoff from `now`, plus the jitter the draw picks.
+pub fn decide_report(
+    row: &ProcessingStateRow,
+    fence: &Fence,
+    outcome: ClaimOutcome,
+    now: Timestamp,
+    jitter_draw: u32,
+) -> Result<Vec<Event>, DomainError> {
+    check_fence(row, fence)?;
+    let claim_token = fence.claim_token.as_str();
+    match outcome {
+        ClaimOutcome::Complete(completion) => complete(row, claim_token, completion),
+        ClaimOutcome::Fail { error, terminal } => {
+            let policy = task_kind(&row.task_kind)?.policy;
+            fail(row, claim_token, &error, terminal, &policy, now, jitter_draw)
+        }
+        ClaimOutcome::AcknowledgeCancel => acknowledge_cancel(row).map(|event| vec![event]),
+    }
+}
+
+/// A heartbeat of a held claim: when its lease ends after it, the claim's
+/// current end (`lease_ends`) extended to `now` plus `lease`, or plus the
+/// length of the lease the claim took; never shortened.
+pub fn decide_heartbeat(
+    row: &ProcessingStateRow,
+    fence: &Fence,
+    now: Timestamp,
+    lease: Option<LeaseMs>,
+    lease_ends: Timestamp,
+) -> Result<Timestamp, DomainError> {
+    check_fence(row, fence)?;
+    let millis = match lease {
+        Some(lease) => lease.millis(),
+        None => match (row.claimed_at, row.lease_expires_at) {
+            (Some(claimed_at), Some(expires)) => (expires.as_micros() - claimed_at.as_micros()).max(1_000) / 1_000,
+            _ => 60_000,
+        },
+    };
+    Ok(lease_ends.max(now.plus_millis(millis)))
+}
+
+/// A progress report of a held claim: a phase other than the one last
+/// reported (`reported_phase`) is an event on the timeline; counters
+/// within a phase are liveness, recorded by the caller, so `None`.
+pub fn decide_progress(
+    row: &ProcessingStateRow,
+    fence: &Fence,
+    reported_phase: Option<&str>,
+    phase: &str,
+    processed: i64,
+    total: Option<i64>,
+) -> Result<Option<Event>, DomainError> {
+    check_fence(row, fence)?;
+    Ok((reported_phase != Some(phase)).then(|| {
+        Event::OperationProgressed(OperationProgressed {
+            operation_id: row.operation_id,
+            phase: phase.to_string(),
+            processed,
+            total,
+        })
+    }))
+}
+
 /// A worker's completion. If the requested revision changed while it ran,
 /// the outcome is recorded against the revision it claimed and the task
 /// goes back to the queue for the requested one, never to done.
-pub fn decide_complete(
-    row: &ProcessingStateRow,
-    fence: &Fence,
-    completion: Completion,
-) -> Result<Vec<Event>, DomainError> {
-    check_fence(row, fence)?;
+fn complete(row: &ProcessingStateRow, claim_token: &str, completion: Completion) -> Result<Vec<Event>, DomainError> {
     let operation_id = row.operation_id;
     if superseded(row) {
         let (outcome, output) = match completion {
@@ -151,7 +229,7 @@ pub fn decide_complete(
             row,
             vec![Event::OperationSuperseded(OperationSuperseded {
                 operation_id,
-                claim_token: fence.claim_token.clone(),
+                claim_token: claim_token.to_string(),
                 claimed_revision: row.claimed_revision.clone().unwrap_or_default(),
                 requested_revision: row.requested_revision.clone(),
                 outcome: outcome.to_string(),
@@ -165,7 +243,7 @@ pub fn decide_complete(
             transitions::transition(row.status, Cause::Succeed)?;
             Event::OperationSucceeded(OperationSucceeded {
                 operation_id,
-                claim_token: Some(fence.claim_token.clone()),
+                claim_token: Some(claim_token.to_string()),
                 output,
             })
         }
@@ -191,16 +269,15 @@ pub fn failure_message(error: &str) -> &str {
 /// backoff plus jitter until the kind's attempts run out; `jitter_draw` is a
 /// uniformly drawn number in `0..=1000` that picks the jitter (per mille of
 /// the largest allowed), drawn by the engine and recorded in the event.
-pub fn decide_fail(
+fn fail(
     row: &ProcessingStateRow,
-    fence: &Fence,
+    claim_token: &str,
     error: &str,
     terminal: bool,
     policy: &RetryPolicy,
     now: Timestamp,
     jitter_draw: u32,
 ) -> Result<Vec<Event>, DomainError> {
-    check_fence(row, fence)?;
     if error.trim().is_empty() {
         return Err(DomainError::InvalidInput("a failure needs an error text".into()));
     }
@@ -211,7 +288,7 @@ pub fn decide_fail(
             row,
             vec![Event::OperationSuperseded(OperationSuperseded {
                 operation_id,
-                claim_token: fence.claim_token.clone(),
+                claim_token: claim_token.to_string(),
                 claimed_revision: row.claimed_revision.clone().unwrap_or_default(),
                 requested_revision: row.requested_revision.clone(),
                 outcome: "failed".to_string(),
@@ -224,7 +301,7 @@ pub fn decide_fail(
     let failed = |retryable: bool, error: String| {
         Event::OperationFailed(OperationFailed {
             operation_id,
-            claim_token: Some(fence.claim_token.clone()),
+            claim_token: Some(claim_token.to_string()),
             error,
             retryable,
         })
@@ -316,8 +393,7 @@ fn finish_cancel(row: &ProcessingStateRow, mut events: Vec<Event>) -> Vec<Event>
 
 /// The worker stopped after a cancel request and removed its temporary
 /// outputs.
-pub fn decide_acknowledge_cancel(row: &ProcessingStateRow, fence: &Fence) -> Result<Event, DomainError> {
-    check_fence(row, fence)?;
+fn acknowledge_cancel(row: &ProcessingStateRow) -> Result<Event, DomainError> {
     if !row.cancel_requested {
         return Err(DomainError::Conflict(format!(
             "task {} has no cancel request to acknowledge; report a failure instead",

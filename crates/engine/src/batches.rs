@@ -3,31 +3,32 @@
 //! records each item's outcome when its operation settles.
 //!
 //! An item's settlement is recorded on the batch's stream in the same
-//! transaction as the event that settles its operation
-//! ([`batch_settlements`], called by every command's commit), so a batch's
+//! transaction as the event that settles its operation (the batch
+//! settlement reaction every command's commit runs), so a batch's
 //! progress is never behind its items and never computed from processing
 //! states. [`Engine::reconcile_batches`] runs the same check over every
 //! active batch (at startup and on demand) and uses the same activity
 //! predicate as the projection and the queries
 //! (`opledger_domain::batches::is_active`).
 
-use crate::commands::{commit_appends, CommandContext, Stamp};
 use crate::error::EngineError;
-use crate::work::{request_in_tx, TaskRequest, TaskTarget};
+use crate::load::load_operations;
+use crate::reactions::settlement_reason;
+use crate::tx::{commit_appends, CommandContext, Decided, Stamp};
+use crate::work::{inputs_with_defaults, request_in_tx, TaskRequest, TaskTarget};
 use crate::Engine;
 use opledger_domain::batches::{decide_item_cancel, decide_item_resume, is_active, settled_outcome, ItemOutcome};
 use opledger_domain::events::{
     BatchCancelRequested, BatchCreated, BatchItemSettled, BatchItemSpec, BatchItemsAdded, BatchResumed, Event,
 };
 use opledger_domain::projections::{
-    batch_key, operation_key, BatchItemRow, BatchRow, Cell, OperationRow, Row, RowKey, WorkingSet, BATCHES_TABLE,
-    BATCH_ITEMS_TABLE, OPERATIONS_TABLE,
+    batch_key, BatchItemRow, BatchRow, Cell, OperationRow, Row, RowKey, WorkingSet, BATCHES_TABLE, BATCH_ITEMS_TABLE,
 };
 use opledger_domain::tasks::task_kind;
-use opledger_domain::{BatchId, EventEnvelope, MediaId, NewEvent, OperationId, StreamId};
+use opledger_domain::{BatchId, MediaId, NewEvent, OperationId, StreamId};
 use opledger_store::{ExpectedVersion, Store, StreamAppend, WriteTx};
 use serde::Serialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Items per `batch_items_added` event: the set is fixed at creation, but
@@ -119,31 +120,30 @@ impl<S: Store> Engine<S> {
         let prepared = self.prepare_requests(requests);
         let batch_id = BatchId(self.ids.next());
         let stamp = self.stamp(&batch_context(context, batch_id));
-        self.store
-            .write(move |tx: &mut S::Tx| {
-                Box::pin(async move {
-                    let mut rows = WorkingSet::default();
-                    let (answers, mut appends) = request_in_tx(tx, &mut rows, prepared, &stamp).await?;
-                    let mut items = Vec::with_capacity(answers.len());
-                    let mut untouched = Vec::new();
-                    for (answer, label) in answers.into_iter().zip(labels) {
-                        let outcome = answer?;
-                        if !outcome.created {
-                            untouched.push(outcome.operation_id);
-                        }
-                        items.push(BatchItemSpec {
-                            operation_id: outcome.operation_id,
-                            label,
-                        });
+        self.command(move |tx, rows| {
+            Box::pin(async move {
+                let (answers, mut appends) = request_in_tx(tx, rows, prepared, &stamp).await?;
+                let mut items = Vec::with_capacity(answers.len());
+                let mut untouched = Vec::new();
+                for (answer, label) in answers.into_iter().zip(labels) {
+                    let outcome = answer?;
+                    if !outcome.created {
+                        untouched.push(outcome.operation_id);
                     }
-                    appends.push(batch_creation(&stamp, batch_id, name, "tasks", kinds, items));
-                    commit_appends(tx, &mut rows, appends).await?;
-                    // Work the batch did not touch may be settled already.
-                    settle_untouched(tx, &mut rows, &stamp, batch_id, &untouched, true).await?;
-                    Ok::<_, EngineError>(())
-                })
+                    items.push(BatchItemSpec {
+                        operation_id: outcome.operation_id,
+                        label,
+                    });
+                }
+                appends.push(batch_creation(&stamp, batch_id, name, "tasks", kinds, items));
+                // The batch's items are read back by the settlements below.
+                commit_appends(tx, rows, appends).await?;
+                // Work the batch did not touch may be settled already.
+                let (_, settlements) = untouched_settlements(tx, rows, &stamp, batch_id, &untouched, true).await?;
+                Ok(Decided::answer((), settlements))
             })
-            .await?;
+        })
+        .await?;
         self.batch(batch_id).await
     }
 
@@ -171,22 +171,22 @@ impl<S: Store> Engine<S> {
         }
         let batch_kind = batch_kind.to_string();
         let stamp = self.stamp(&batch_context(context, batch_id));
-        self.store
-            .write(move |tx: &mut S::Tx| {
-                Box::pin(async move {
-                    let mut rows = WorkingSet::default();
-                    let operation_ids: Vec<OperationId> = items.iter().map(|item| item.operation_id).collect();
-                    let operations = load_operations(tx, &mut rows, &operation_ids).await?;
-                    if let Some(missing) = operation_ids.iter().find(|id| !operations.contains_key(id)) {
-                        return Err(EngineError::not_found("operation", missing));
-                    }
-                    let append = batch_creation(&stamp, batch_id, name, &batch_kind, Vec::new(), items);
-                    commit_appends(tx, &mut rows, vec![append]).await?;
-                    settle_untouched(tx, &mut rows, &stamp, batch_id, &operation_ids, done_is_skipped).await?;
-                    Ok::<_, EngineError>(())
-                })
+        self.command(move |tx, rows| {
+            Box::pin(async move {
+                let operation_ids: Vec<OperationId> = items.iter().map(|item| item.operation_id).collect();
+                let operations = load_operations(tx, rows, &operation_ids).await?;
+                if let Some(missing) = operation_ids.iter().find(|id| !operations.contains_key(id)) {
+                    return Err(EngineError::not_found("operation", missing));
+                }
+                let append = batch_creation(&stamp, batch_id, name, &batch_kind, Vec::new(), items);
+                // The batch's items are read back by the settlements below.
+                commit_appends(tx, rows, vec![append]).await?;
+                let (_, settlements) =
+                    untouched_settlements(tx, rows, &stamp, batch_id, &operation_ids, done_is_skipped).await?;
+                Ok(Decided::answer((), settlements))
             })
-            .await?;
+        })
+        .await?;
         self.batch(batch_id).await
     }
 
@@ -249,46 +249,43 @@ impl<S: Store> Engine<S> {
     ) -> Result<BatchView, EngineError> {
         let reason = non_empty(reason, "batch cancelled");
         let stamp = self.stamp(&batch_context(context, batch_id));
-        self.store
-            .write(move |tx: &mut S::Tx| {
-                Box::pin(async move {
-                    let mut rows = WorkingSet::default();
-                    let (batch, items) = load_batch(tx, &mut rows, batch_id).await?;
-                    if !is_active(&batch.progress) {
-                        return Err(EngineError::Domain(opledger_domain::DomainError::Conflict(format!(
-                            "batch {batch_id} is {}: nothing left to cancel",
-                            batch.status
-                        ))));
+        self.command(move |tx, rows| {
+            Box::pin(async move {
+                let (batch, items) = load_batch(tx, rows, batch_id).await?;
+                if !is_active(&batch.progress) {
+                    return Err(EngineError::Domain(opledger_domain::DomainError::Conflict(format!(
+                        "batch {batch_id} is {}: nothing left to cancel",
+                        batch.status
+                    ))));
+                }
+                let unsettled: Vec<OperationId> = items
+                    .iter()
+                    .filter(|item| item.outcome.is_none())
+                    .map(|item| item.operation_id)
+                    .collect();
+                let operations = load_operations(tx, rows, &unsettled).await?;
+                let mut appends = vec![StreamAppend {
+                    stream_id: StreamId::batch(batch_id),
+                    expected: ExpectedVersion::Exactly(batch.version),
+                    events: vec![stamp.event(Event::BatchCancelRequested(BatchCancelRequested {
+                        batch_id,
+                        reason: reason.clone(),
+                    }))],
+                }];
+                for operation in operations.values() {
+                    if let Some(event) = decide_item_cancel(
+                        operation.operation_id,
+                        operation.status,
+                        operation.cancel_requested,
+                        &reason,
+                    ) {
+                        appends.push(operation_append(operation, vec![stamp.event(event)]));
                     }
-                    let unsettled: Vec<OperationId> = items
-                        .iter()
-                        .filter(|item| item.outcome.is_none())
-                        .map(|item| item.operation_id)
-                        .collect();
-                    let operations = load_operations(tx, &mut rows, &unsettled).await?;
-                    let mut appends = vec![StreamAppend {
-                        stream_id: StreamId::batch(batch_id),
-                        expected: ExpectedVersion::Exactly(batch.version),
-                        events: vec![stamp.event(Event::BatchCancelRequested(BatchCancelRequested {
-                            batch_id,
-                            reason: reason.clone(),
-                        }))],
-                    }];
-                    for operation in operations.values() {
-                        if let Some(event) = decide_item_cancel(
-                            operation.operation_id,
-                            operation.status,
-                            operation.cancel_requested,
-                            &reason,
-                        ) {
-                            appends.push(operation_append(operation, vec![stamp.event(event)]));
-                        }
-                    }
-                    commit_appends(tx, &mut rows, appends).await?;
-                    Ok::<_, EngineError>(())
-                })
+                }
+                Ok(Decided::answer((), appends))
             })
-            .await?;
+        })
+        .await?;
         self.batch(batch_id).await
     }
 
@@ -304,53 +301,52 @@ impl<S: Store> Engine<S> {
     ) -> Result<BatchView, EngineError> {
         let reason = non_empty(reason, "batch resumed");
         let stamp = self.stamp(&batch_context(context, batch_id));
-        self.store
-            .write(move |tx: &mut S::Tx| {
-                Box::pin(async move {
-                    let mut rows = WorkingSet::default();
-                    let (batch, items) = load_batch(tx, &mut rows, batch_id).await?;
-                    let resumable: Vec<OperationId> = items
-                        .iter()
-                        .filter(|item| item.outcome.is_some_and(ItemOutcome::is_resumable))
-                        .map(|item| item.operation_id)
-                        .collect();
-                    if resumable.is_empty() {
-                        return Err(EngineError::Domain(opledger_domain::DomainError::Conflict(format!(
-                            "batch {batch_id} has no failed or cancelled items to resume"
-                        ))));
+        self.command(move |tx, rows| {
+            Box::pin(async move {
+                let (batch, items) = load_batch(tx, rows, batch_id).await?;
+                let resumable: Vec<OperationId> = items
+                    .iter()
+                    .filter(|item| item.outcome.is_some_and(ItemOutcome::is_resumable))
+                    .map(|item| item.operation_id)
+                    .collect();
+                if resumable.is_empty() {
+                    return Err(EngineError::Domain(opledger_domain::DomainError::Conflict(format!(
+                        "batch {batch_id} has no failed or cancelled items to resume"
+                    ))));
+                }
+                let operations = load_operations(tx, rows, &resumable).await?;
+                let mut appends = vec![StreamAppend {
+                    stream_id: StreamId::batch(batch_id),
+                    expected: ExpectedVersion::Exactly(batch.version),
+                    events: vec![stamp.event(Event::BatchResumed(BatchResumed {
+                        batch_id,
+                        operation_ids: resumable.clone(),
+                        reason: reason.clone(),
+                    }))],
+                }];
+                for operation_id in &resumable {
+                    let operation = operations
+                        .get(operation_id)
+                        .ok_or_else(|| EngineError::not_found("operation", operation_id))?;
+                    // Settled anew outside the batch (a retry from the
+                    // review queue that succeeded): nothing to reopen; the
+                    // item settles again from its current status below.
+                    if settled_outcome(operation.status).is_some_and(|outcome| !outcome.is_resumable()) {
+                        continue;
                     }
-                    let operations = load_operations(tx, &mut rows, &resumable).await?;
-                    let mut appends = vec![StreamAppend {
-                        stream_id: StreamId::batch(batch_id),
-                        expected: ExpectedVersion::Exactly(batch.version),
-                        events: vec![stamp.event(Event::BatchResumed(BatchResumed {
-                            batch_id,
-                            operation_ids: resumable.clone(),
-                            reason: reason.clone(),
-                        }))],
-                    }];
-                    for operation_id in &resumable {
-                        let operation = operations
-                            .get(operation_id)
-                            .ok_or_else(|| EngineError::not_found("operation", operation_id))?;
-                        // Settled anew outside the batch (a retry from the
-                        // review queue that succeeded): nothing to reopen; the
-                        // item settles again from its current status below.
-                        if settled_outcome(operation.status).is_some_and(|outcome| !outcome.is_resumable()) {
-                            continue;
-                        }
-                        if !operation.status.is_terminal() {
-                            continue;
-                        }
-                        let event = decide_item_resume(operation.operation_id, operation.status, &reason)?;
-                        appends.push(operation_append(operation, vec![stamp.event(event)]));
+                    if !operation.status.is_terminal() {
+                        continue;
                     }
-                    commit_appends(tx, &mut rows, appends).await?;
-                    settle_untouched(tx, &mut rows, &stamp, batch_id, &resumable, false).await?;
-                    Ok::<_, EngineError>(())
-                })
+                    let event = decide_item_resume(operation.operation_id, operation.status, &reason)?;
+                    appends.push(operation_append(operation, vec![stamp.event(event)]));
+                }
+                // The reopened items are read back by the settlements below.
+                commit_appends(tx, rows, appends).await?;
+                let (_, settlements) = untouched_settlements(tx, rows, &stamp, batch_id, &resumable, false).await?;
+                Ok(Decided::answer((), settlements))
             })
-            .await?;
+        })
+        .await?;
         self.batch(batch_id).await
     }
 
@@ -364,17 +360,17 @@ impl<S: Store> Engine<S> {
             let batch_id = batch.batch_id;
             let stamp = self.stamp(&batch_context(context, batch_id));
             settled += self
-                .store
-                .write(move |tx: &mut S::Tx| {
+                .command(move |tx, rows| {
                     Box::pin(async move {
-                        let mut rows = WorkingSet::default();
-                        let (_, items) = load_batch(tx, &mut rows, batch_id).await?;
+                        let (_, items) = load_batch(tx, rows, batch_id).await?;
                         let unsettled: Vec<OperationId> = items
                             .iter()
                             .filter(|item| item.outcome.is_none())
                             .map(|item| item.operation_id)
                             .collect();
-                        settle_untouched(tx, &mut rows, &stamp, batch_id, &unsettled, false).await
+                        let (settled, settlements) =
+                            untouched_settlements(tx, rows, &stamp, batch_id, &unsettled, false).await?;
+                        Ok(Decided::answer(settled, settlements))
                     })
                 })
                 .await?;
@@ -399,26 +395,6 @@ fn non_empty(reason: &str, default: &str) -> String {
     } else {
         reason.trim().to_string()
     }
-}
-
-/// The inputs of one kind in a batch: the kind's defaults, overridden by
-/// what the caller gave.
-pub(crate) fn inputs_with_defaults(kind: &str, given: Option<&Value>) -> Result<Value, EngineError> {
-    let spec = task_kind(kind)?;
-    let mut inputs: Map<String, Value> = match serde_json::from_str(spec.defaults) {
-        Ok(Value::Object(defaults)) => defaults,
-        _ => Map::new(),
-    };
-    match given {
-        None => {}
-        Some(Value::Object(given)) => inputs.extend(given.clone()),
-        Some(other) => {
-            return Err(EngineError::invalid(format!(
-                "{kind} inputs must be a JSON object, not {other}"
-            )))
-        }
-    }
-    Ok(Value::Object(inputs))
 }
 
 fn batch_creation(
@@ -493,53 +469,21 @@ fn item_id(item: &BatchItemRow) -> String {
     opledger_domain::projections::batch_item_id(item.batch_id, item.operation_id)
 }
 
-/// The operation rows of these ids (absent ones are missing from the map),
-/// reusing rows the working set already knows.
-async fn load_operations<T: WriteTx>(
-    tx: &mut T,
-    rows: &mut WorkingSet,
-    operation_ids: &[OperationId],
-) -> Result<BTreeMap<OperationId, OperationRow>, EngineError> {
-    let unknown: Vec<String> = operation_ids
-        .iter()
-        .map(|id| operation_key(*id))
-        .filter(|key| !rows.is_known(key))
-        .map(|key| key.key.to_string())
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .collect();
-    if !unknown.is_empty() {
-        let loaded = tx.load_rows(&OPERATIONS_TABLE, &unknown).await?;
-        for key in unknown {
-            rows.insert_loaded(RowKey::new(&OPERATIONS_TABLE, key), None);
-        }
-        for row in loaded {
-            rows.insert_loaded(row.key(), Some(row));
-        }
-    }
-    Ok(operation_ids
-        .iter()
-        .filter_map(|id| match rows.get(&operation_key(*id)) {
-            Some(Row::Operation(operation)) => Some((*id, operation.clone())),
-            _ => None,
-        })
-        .collect())
-}
-
-/// Settles the batch's unsettled items among `operation_ids` whose
-/// operations are settled now, with their outcome; with `done_is_skipped`
-/// (items the batch found already done and did not request again) a
-/// success counts as `skipped`. Returns how many settled.
-async fn settle_untouched<T: WriteTx>(
+/// The settlements of the batch's unsettled items among `operation_ids`
+/// whose operations are settled now, with their outcome; with
+/// `done_is_skipped` (items the batch found already done and did not
+/// request again) a success counts as `skipped`. How many settle, and the
+/// append that records them (none when nothing settles).
+async fn untouched_settlements<T: WriteTx>(
     tx: &mut T,
     rows: &mut WorkingSet,
     stamp: &Stamp,
     batch_id: BatchId,
     operation_ids: &[OperationId],
     done_is_skipped: bool,
-) -> Result<usize, EngineError> {
+) -> Result<(usize, Vec<StreamAppend>), EngineError> {
     if operation_ids.is_empty() {
-        return Ok(0);
+        return Ok((0, Vec::new()));
     }
     let operations = load_operations(tx, rows, operation_ids).await?;
     let (_, items) = load_batch(tx, rows, batch_id).await?;
@@ -572,91 +516,14 @@ async fn settle_untouched<T: WriteTx>(
         })));
     }
     let settled = events.len();
-    if settled > 0 {
-        commit_appends(
-            tx,
-            rows,
-            vec![StreamAppend {
-                stream_id: StreamId::batch(batch_id),
-                expected: ExpectedVersion::Any,
-                events,
-            }],
-        )
-        .await?;
-    }
-    Ok(settled)
-}
-
-/// Completion reconciliation inside a command's transaction: for every
-/// operation these events left settled, the batches holding it as an
-/// unsettled item record its outcome, on each batch's stream, right after
-/// the events that settled it. Returns the appends (none when no batch is
-/// concerned).
-pub(crate) async fn batch_settlements<T: WriteTx>(
-    tx: &mut T,
-    rows: &WorkingSet,
-    envelopes: &[EventEnvelope],
-) -> Result<Vec<StreamAppend>, EngineError> {
-    // The settling event of each operation: the last status change.
-    let mut settling: BTreeMap<OperationId, &EventEnvelope> = BTreeMap::new();
-    for envelope in envelopes {
-        let (Some(operation_id), Some(_)) = (envelope.event.operation_id(), envelope.event.cause()) else {
-            continue;
-        };
-        settling.insert(operation_id, envelope);
-    }
-    settling.retain(|operation_id, _| {
-        matches!(rows.get(&operation_key(*operation_id)), Some(Row::Operation(operation)) if operation.status.is_terminal())
-    });
-    if settling.is_empty() {
-        return Ok(Vec::new());
-    }
-    let values: Vec<Cell> = settling.keys().map(|id| Cell::Uuid(id.0)).collect();
-    let items = tx.find_rows_in(&BATCH_ITEMS_TABLE, "operation_id", &values).await?;
-    let mut by_batch: BTreeMap<BatchId, Vec<NewEvent>> = BTreeMap::new();
-    for row in items {
-        let Row::BatchItem(item) = row else { continue };
-        if item.outcome.is_some() {
-            continue;
-        }
-        let (Some(envelope), Some(Row::Operation(operation))) = (
-            settling.get(&item.operation_id),
-            rows.get(&operation_key(item.operation_id)),
-        ) else {
-            continue;
-        };
-        let Some(outcome) = settled_outcome(operation.status) else {
-            continue;
-        };
-        by_batch.entry(item.batch_id).or_default().push(NewEvent {
-            event: Event::BatchItemSettled(BatchItemSettled {
-                batch_id: item.batch_id,
-                operation_id: item.operation_id,
-                outcome: outcome.as_str().to_string(),
-                status: operation.status,
-                reason: settlement_reason(outcome, operation),
-            }),
-            recorded_at: envelope.recorded_at,
-            actor: "system".to_string(),
-            correlation_id: envelope.correlation_id.clone(),
-            causation_id: Some(format!("seq:{}", envelope.seq)),
-        });
-    }
-    Ok(by_batch
-        .into_iter()
-        .map(|(batch_id, events)| StreamAppend {
+    let appends = if settled > 0 {
+        vec![StreamAppend {
             stream_id: StreamId::batch(batch_id),
             expected: ExpectedVersion::Any,
             events,
-        })
-        .collect())
-}
-
-/// Why an item settled as it did: the error for a failure, the recorded
-/// reason otherwise (an earlier attempt's error is no reason for a success).
-fn settlement_reason(outcome: ItemOutcome, operation: &OperationRow) -> Option<String> {
-    match outcome {
-        ItemOutcome::Failed => operation.last_error.clone().or_else(|| operation.status_reason.clone()),
-        ItemOutcome::Succeeded | ItemOutcome::Skipped | ItemOutcome::Cancelled => operation.status_reason.clone(),
-    }
+        }]
+    } else {
+        Vec::new()
+    };
+    Ok((settled, appends))
 }

@@ -8,50 +8,22 @@
 //! transaction commits. A refusal returns before anything is appended.
 
 use crate::error::EngineError;
-use crate::fold::fold_events;
+use crate::load::{load_media, load_operation};
+use crate::tx::{append_and_fold, CommandContext, Decided};
+use crate::work::cancel_tasks_of_removed_target;
 use crate::Engine;
 use opledger_domain::decide::{decide_operation, OperationCommand};
 use opledger_domain::events::{
     BoundingBox, Event, MediaRegistered, MediaRemoved, MediaUpdated, OperationCreated, OperationTarget, RegionAdded,
     RegionRemoved,
 };
-use opledger_domain::projections::{
-    all_projectors, media_key, operation_key, region_key, MediaRow, OperationRow, Row, WorkingSet, MEDIA_TABLE,
-    OPERATIONS_TABLE, REGIONS_TABLE,
-};
+use opledger_domain::projections::{region_key, Row, REGIONS_TABLE};
 use opledger_domain::transitions::INITIAL_STATUSES;
 use opledger_domain::{
-    EventEnvelope, IngestionStage, MediaId, NewEvent, OperationId, OperationStatus, RegionId, StreamId, Timestamp,
+    EventEnvelope, IngestionStage, LeaseMs, MediaId, OperationId, OperationStatus, RegionId, StreamId,
 };
-use opledger_store::{ExpectedVersion, RowTarget, Store, StreamAppend, WriteTx};
+use opledger_store::{ExpectedVersion, RowTarget, Store, StreamAppend};
 use serde_json::Value;
-
-/// The longest lease a claim may take. A worker that needs longer
-/// heartbeats; a lease of years would hide a dead worker for years.
-pub const MAX_LEASE_MS: i64 = 7 * 86_400_000;
-
-/// Who issues a command, and which flow it belongs to.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CommandContext {
-    /// Recorded as the events' actor: a worker id, a user, `system`.
-    pub actor: String,
-    /// Groups the events of one flow; a new id per command when absent.
-    pub correlation_id: Option<String>,
-}
-
-impl CommandContext {
-    pub fn actor(actor: impl Into<String>) -> Self {
-        CommandContext {
-            actor: actor.into(),
-            correlation_id: None,
-        }
-    }
-
-    pub fn with_correlation(mut self, correlation_id: impl Into<String>) -> Self {
-        self.correlation_id = Some(correlation_id.into());
-        self
-    }
-}
 
 /// What `create_operation` needs.
 #[derive(Debug, Clone, PartialEq)]
@@ -64,92 +36,6 @@ pub struct NewOperation {
     pub priority: i32,
 }
 
-/// The metadata a command stamps on each event it appends.
-#[derive(Debug, Clone)]
-pub(crate) struct Stamp {
-    pub(crate) recorded_at: Timestamp,
-    actor: String,
-    correlation_id: String,
-    causation_id: String,
-}
-
-impl Stamp {
-    pub(crate) fn event(&self, event: Event) -> NewEvent {
-        NewEvent {
-            event,
-            recorded_at: self.recorded_at,
-            actor: self.actor.clone(),
-            correlation_id: self.correlation_id.clone(),
-            causation_id: Some(self.causation_id.clone()),
-        }
-    }
-}
-
-/// Appends, folds every projection inline, and moves their positions, all
-/// inside the caller's transaction. `rows` may hold rows the command already
-/// loaded; they are reused rather than read again.
-pub(crate) async fn commit_appends<T: WriteTx>(
-    tx: &mut T,
-    rows: &mut WorkingSet,
-    appends: Vec<StreamAppend>,
-) -> Result<Vec<EventEnvelope>, EngineError> {
-    let mut envelopes = append_and_fold(tx, rows, appends).await?;
-    // Completion reconciliation: batches holding an operation these events
-    // settled record its outcome in the same transaction. Settlements are
-    // batch events, which settle no operation, so this never recurses.
-    let settlements = crate::batches::batch_settlements(tx, rows, &envelopes).await?;
-    if !settlements.is_empty() {
-        envelopes.extend(append_and_fold(tx, rows, settlements).await?);
-    }
-    Ok(envelopes)
-}
-
-/// Appends, folds inline and advances positions; nothing else. The trusted
-/// low-level path ([`Engine::append`]) uses it as is: it records exactly the
-/// events it is given.
-pub(crate) async fn append_and_fold<T: WriteTx>(
-    tx: &mut T,
-    rows: &mut WorkingSet,
-    appends: Vec<StreamAppend>,
-) -> Result<Vec<EventEnvelope>, EngineError> {
-    let envelopes = tx.append(appends).await?;
-    let (Some(first), Some(last)) = (envelopes.first(), envelopes.last()) else {
-        return Ok(envelopes);
-    };
-    let (from, to) = (first.seq - 1, last.seq);
-    fold_events(tx, rows, all_projectors(), &envelopes).await?;
-    tx.advance_positions(from, to).await?;
-    Ok(envelopes)
-}
-
-async fn load_operation<T: WriteTx>(
-    tx: &mut T,
-    rows: &mut WorkingSet,
-    operation_id: OperationId,
-) -> Result<OperationRow, EngineError> {
-    let key = operation_key(operation_id);
-    let loaded = tx.load_rows(&OPERATIONS_TABLE, &[key.key.to_string()]).await?;
-    match loaded.into_iter().next() {
-        Some(Row::Operation(row)) => {
-            rows.insert_loaded(key, Some(Row::Operation(row.clone())));
-            Ok(row)
-        }
-        _ => Err(EngineError::not_found("operation", operation_id)),
-    }
-}
-
-async fn load_media<T: WriteTx>(tx: &mut T, rows: &mut WorkingSet, media_id: MediaId) -> Result<MediaRow, EngineError> {
-    let key = media_key(media_id);
-    let loaded = tx.load_rows(&MEDIA_TABLE, &[key.key.to_string()]).await?;
-    match loaded.into_iter().next() {
-        Some(Row::Media(row)) => {
-            rows.insert_loaded(key, Some(Row::Media(row.clone())));
-            Ok(row)
-        }
-        _ => Err(EngineError::not_found("media", media_id)),
-    }
-}
-
 fn single(mut envelopes: Vec<EventEnvelope>) -> EventEnvelope {
     envelopes
         .pop()
@@ -157,28 +43,17 @@ fn single(mut envelopes: Vec<EventEnvelope>) -> EventEnvelope {
 }
 
 impl<S: Store> Engine<S> {
-    pub(crate) fn stamp(&self, context: &CommandContext) -> Stamp {
-        let command_id = self.ids.next().to_string();
-        Stamp {
-            recorded_at: self.clock.now(),
-            actor: context.actor.clone(),
-            correlation_id: context.correlation_id.clone().unwrap_or_else(|| command_id.clone()),
-            causation_id: command_id,
-        }
-    }
-
     /// Appends events as given and folds them inline. The trusted, low-level
     /// path (fixtures, benchmarks, importers): events are checked only by the
     /// folds, which refuse anything that contradicts the current state.
     pub async fn append(&self, appends: Vec<StreamAppend>) -> Result<Vec<EventEnvelope>, EngineError> {
-        self.store
-            .write(move |tx: &mut S::Tx| {
-                Box::pin(async move {
-                    let mut rows = WorkingSet::default();
-                    append_and_fold(tx, &mut rows, appends).await
-                })
+        self.command(move |tx, rows| {
+            Box::pin(async move {
+                let envelopes = append_and_fold(tx, rows, appends).await?;
+                Ok(Decided::answer(envelopes, Vec::new()))
             })
-            .await
+        })
+        .await
     }
 
     /// Registers a media item and returns its new id.
@@ -303,59 +178,46 @@ impl<S: Store> Engine<S> {
         event: Event,
     ) -> Result<EventEnvelope, EngineError> {
         let stamp = self.stamp(context);
-        self.store
-            .write(move |tx: &mut S::Tx| {
-                Box::pin(async move {
-                    let mut rows = WorkingSet::default();
-                    let media = load_media(tx, &mut rows, media_id).await?;
-                    if let Some(region_id) = region_id {
-                        let key = region_key(region_id);
-                        let loaded = tx.load_rows(&REGIONS_TABLE, &[key.key.to_string()]).await?;
-                        match loaded.into_iter().next() {
-                            Some(Row::Region(region)) if region.media_id == media_id => {
-                                rows.insert_loaded(key, Some(Row::Region(region)));
-                            }
-                            _ => return Err(EngineError::not_found("region", region_id)),
+        self.command(move |tx, rows| {
+            Box::pin(async move {
+                let media = load_media(tx, rows, media_id).await?;
+                if let Some(region_id) = region_id {
+                    let key = region_key(region_id);
+                    let loaded = tx.load_rows(&REGIONS_TABLE, &[key.key.to_string()]).await?;
+                    match loaded.into_iter().next() {
+                        Some(Row::Region(region)) if region.media_id == media_id => {
+                            rows.insert_loaded(key, Some(Row::Region(region)));
                         }
+                        _ => return Err(EngineError::not_found("region", region_id)),
                     }
-                    // Removing a target ends its unfinished tasks first, in the
-                    // same transaction: their states go with the target (cascade),
-                    // and an operation left queued or leased would wait forever.
-                    let mut appends = match &event {
-                        Event::MediaRemoved(removed) => {
-                            crate::work::cancel_tasks_of_removed_target(
-                                tx,
-                                &mut rows,
-                                media_id,
-                                None,
-                                &stamp,
-                                &format!("media removed: {}", removed.reason),
-                            )
-                            .await?
-                        }
-                        Event::RegionRemoved(removed) => {
-                            crate::work::cancel_tasks_of_removed_target(
-                                tx,
-                                &mut rows,
-                                media_id,
-                                Some(removed.region_id),
-                                &stamp,
-                                &format!("region removed: {}", removed.reason),
-                            )
-                            .await?
-                        }
-                        _ => Vec::new(),
-                    };
-                    appends.push(StreamAppend {
-                        stream_id: StreamId::media(media_id),
-                        expected: ExpectedVersion::Exactly(media.version),
-                        events: vec![stamp.event(event)],
-                    });
-                    let mut envelopes = commit_appends(tx, &mut rows, appends).await?;
+                }
+                // Removing a target ends its unfinished tasks first, in the
+                // same transaction: their states go with the target (cascade),
+                // and an operation left queued or leased would wait forever.
+                let removed = match &event {
+                    Event::MediaRemoved(removed) => Some((None, format!("media removed: {}", removed.reason))),
+                    Event::RegionRemoved(removed) => {
+                        Some((Some(removed.region_id), format!("region removed: {}", removed.reason)))
+                    }
+                    _ => None,
+                };
+                let mut appends = match removed {
+                    Some((region_id, reason)) => {
+                        cancel_tasks_of_removed_target(tx, rows, media_id, region_id, &stamp, &reason).await?
+                    }
+                    None => Vec::new(),
+                };
+                appends.push(StreamAppend {
+                    stream_id: StreamId::media(media_id),
+                    expected: ExpectedVersion::Exactly(media.version),
+                    events: vec![stamp.event(event)],
+                });
+                Ok(Decided::then(appends, |_, mut envelopes| {
                     Ok(envelopes.pop().expect("the media event was appended last"))
-                })
+                }))
             })
-            .await
+        })
+        .await
     }
 
     /// Creates an operation and returns its id.
@@ -386,41 +248,38 @@ impl<S: Store> Engine<S> {
         }
         let operation_id = OperationId(self.ids.next());
         let stamp = self.stamp(context);
-        self.store
-            .write(move |tx: &mut S::Tx| {
-                Box::pin(async move {
-                    let mut rows = WorkingSet::default();
-                    if let Some(media_id) = operation.target.media_id {
-                        load_media(tx, &mut rows, media_id).await?;
+        self.command(move |tx, rows| {
+            Box::pin(async move {
+                if let Some(media_id) = operation.target.media_id {
+                    load_media(tx, rows, media_id).await?;
+                }
+                if let Some(region_id) = operation.target.region_id {
+                    let key = region_key(region_id);
+                    let loaded = tx.load_rows(&REGIONS_TABLE, &[key.key.to_string()]).await?;
+                    if loaded.is_empty() {
+                        return Err(EngineError::not_found("region", region_id));
                     }
-                    if let Some(region_id) = operation.target.region_id {
-                        let key = region_key(region_id);
-                        let loaded = tx.load_rows(&REGIONS_TABLE, &[key.key.to_string()]).await?;
-                        if loaded.is_empty() {
-                            return Err(EngineError::not_found("region", region_id));
-                        }
-                    }
-                    let event = Event::OperationCreated(OperationCreated {
-                        operation_id,
-                        kind: operation.kind,
-                        target: operation.target,
-                        revision: operation.revision,
-                        inputs: operation.inputs,
-                        status: operation.status,
-                        priority: operation.priority,
-                        // Not a task kind (refused above): no task version.
-                        task_version: None,
-                    });
-                    let appends = vec![StreamAppend {
-                        stream_id: StreamId::operation(operation_id),
-                        expected: ExpectedVersion::NoStream,
-                        events: vec![stamp.event(event)],
-                    }];
-                    commit_appends(tx, &mut rows, appends).await?;
-                    Ok::<_, EngineError>(operation_id)
-                })
+                }
+                let event = Event::OperationCreated(OperationCreated {
+                    operation_id,
+                    kind: operation.kind,
+                    target: operation.target,
+                    revision: operation.revision,
+                    inputs: operation.inputs,
+                    status: operation.status,
+                    priority: operation.priority,
+                    // Not a task kind (refused above): no task version.
+                    task_version: None,
+                });
+                let append = StreamAppend {
+                    stream_id: StreamId::operation(operation_id),
+                    expected: ExpectedVersion::NoStream,
+                    events: vec![stamp.event(event)],
+                };
+                Ok(Decided::answer(operation_id, vec![append]))
             })
-            .await
+        })
+        .await
     }
 
     /// Runs one operation command: the domain decides against the current
@@ -432,21 +291,19 @@ impl<S: Store> Engine<S> {
         command: OperationCommand,
     ) -> Result<EventEnvelope, EngineError> {
         let stamp = self.stamp(context);
-        self.store
-            .write(move |tx: &mut S::Tx| {
-                Box::pin(async move {
-                    let mut rows = WorkingSet::default();
-                    let row = load_operation(tx, &mut rows, operation_id).await?;
-                    let event = decide_operation(&row, command)?;
-                    let appends = vec![StreamAppend {
-                        stream_id: StreamId::operation(operation_id),
-                        expected: ExpectedVersion::Exactly(row.version),
-                        events: vec![stamp.event(event)],
-                    }];
-                    commit_appends(tx, &mut rows, appends).await.map(single)
-                })
+        self.command(move |tx, rows| {
+            Box::pin(async move {
+                let row = load_operation(tx, rows, operation_id).await?;
+                let event = decide_operation(&row, command)?;
+                let append = StreamAppend {
+                    stream_id: StreamId::operation(operation_id),
+                    expected: ExpectedVersion::Exactly(row.version),
+                    events: vec![stamp.event(event)],
+                };
+                Ok(Decided::then(vec![append], |_, envelopes| Ok(single(envelopes))))
             })
-            .await
+        })
+        .await
     }
 
     /// Claims a queued operation for `worker` with a lease of `lease_ms`;
@@ -458,14 +315,9 @@ impl<S: Store> Engine<S> {
         worker: &str,
         lease_ms: i64,
     ) -> Result<String, EngineError> {
-        if lease_ms <= 0 || lease_ms > MAX_LEASE_MS {
-            return Err(EngineError::invalid(format!(
-                "a lease must be between 1 ms and {} days, not {lease_ms} ms",
-                MAX_LEASE_MS / 86_400_000
-            )));
-        }
+        let lease = LeaseMs::new(lease_ms)?;
         let claim_token = self.ids.next().to_string();
-        let lease_expires_at = self.clock.now().plus_millis(lease_ms);
+        let lease_expires_at = lease.ends_at(self.clock.now());
         self.operation_command(
             context,
             operation_id,

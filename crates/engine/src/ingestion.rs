@@ -9,10 +9,9 @@
 //! domain's (`decide_operation` and the transition table), applied in
 //! sequence to a copy of each operation's row.
 
-use crate::batches::inputs_with_defaults;
-use crate::commands::{commit_appends, CommandContext, Stamp};
 use crate::error::EngineError;
-use crate::work::{request_in_tx, TaskRequest, TaskTarget};
+use crate::tx::{commit_appends, CommandContext, Decided, Stamp};
+use crate::work::{inputs_with_defaults, request_in_tx, TaskRequest, TaskTarget};
 use crate::Engine;
 use opledger_domain::decide::{decide_operation, OperationCommand};
 use opledger_domain::events::{Event, MediaRegistered, MediaUpdated, OperationCreated, OperationTarget};
@@ -21,7 +20,7 @@ use opledger_domain::projections::{
     MEDIA_STATES_TABLE, MEDIA_TABLE, OPERATIONS_TABLE,
 };
 use opledger_domain::transitions;
-use opledger_domain::{Cause, IngestionStage, MediaId, OperationId, OperationStatus, StreamId, Timestamp};
+use opledger_domain::{Cause, IngestionStage, LeaseMs, MediaId, OperationId, OperationStatus, StreamId, Timestamp};
 use opledger_store::{ExpectedVersion, RowTarget, Store, StreamAppend, WriteTx};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -95,6 +94,29 @@ impl Chain {
         Chain {
             row,
             events: Vec::new(),
+        }
+    }
+
+    /// A new file ingestion's chain: its creation, from the row that
+    /// creation produces.
+    fn created(operation_id: OperationId, file: &FileObservation, now: Timestamp) -> Self {
+        let created = Event::OperationCreated(OperationCreated {
+            operation_id,
+            kind: INGESTION_FILE.to_string(),
+            target: OperationTarget {
+                media_id: None,
+                region_id: None,
+                path: Some(file.path.clone()),
+            },
+            revision: None,
+            inputs: file.inputs(),
+            status: OperationStatus::Queued,
+            priority: 0,
+            task_version: None,
+        });
+        Chain {
+            row: new_ingestion_row(operation_id, file, now),
+            events: vec![created],
         }
     }
 
@@ -202,8 +224,9 @@ impl<S: Store> Engine<S> {
         new: Vec<FileObservation>,
         resume: Vec<OperationId>,
     ) -> Result<Vec<IngestionClaim>, EngineError> {
+        let lease = LeaseMs::new(lease_ms)?;
         let now = self.clock.now();
-        let lease_expires_at = now.plus_millis(lease_ms);
+        let lease_expires_at = lease.ends_at(now);
         let fresh: Vec<(FileObservation, OperationId, String)> = new
             .into_iter()
             .map(|file| (file, OperationId(self.ids.next()), self.ids.next().to_string()))
@@ -214,92 +237,72 @@ impl<S: Store> Engine<S> {
             .collect();
         let worker = worker.to_string();
         let stamp = self.stamp(context);
-        self.store
-            .write(move |tx: &mut S::Tx| {
-                Box::pin(async move {
-                    let mut rows = WorkingSet::default();
-                    let mut appends = Vec::new();
-                    let mut claims = Vec::new();
-                    for (file, operation_id, claim_token) in fresh {
-                        let created = Event::OperationCreated(OperationCreated {
-                            operation_id,
-                            kind: INGESTION_FILE.to_string(),
-                            target: OperationTarget {
-                                media_id: None,
-                                region_id: None,
-                                path: Some(file.path.clone()),
-                            },
-                            revision: None,
-                            inputs: file.inputs(),
-                            status: OperationStatus::Queued,
-                            priority: 0,
-                            task_version: None,
-                        });
-                        let mut chain = Chain::new(new_ingestion_row(operation_id, &file, now));
-                        chain.events.push(created);
-                        claim_chain(&mut chain, &claim_token, &worker, lease_expires_at)?;
-                        let mut append = chain.append(&stamp).expect("a new ingestion has events");
-                        append.expected = ExpectedVersion::NoStream;
-                        appends.push(append);
-                        claims.push(IngestionClaim {
-                            operation_id,
-                            path: file.path,
-                            claim_token,
-                            stage: IngestionStage::Settling,
-                        });
+        self.command(move |tx, _| {
+            Box::pin(async move {
+                let mut appends = Vec::new();
+                let mut claims = Vec::new();
+                for (file, operation_id, claim_token) in fresh {
+                    let mut chain = Chain::created(operation_id, &file, now);
+                    claim_chain(&mut chain, &claim_token, &worker, lease_expires_at)?;
+                    let mut append = chain.append(&stamp).expect("a new ingestion has events");
+                    append.expected = ExpectedVersion::NoStream;
+                    appends.push(append);
+                    claims.push(IngestionClaim {
+                        operation_id,
+                        path: file.path,
+                        claim_token,
+                        stage: IngestionStage::Settling,
+                    });
+                }
+                let keys: Vec<String> = resumed
+                    .iter()
+                    .map(|(id, _)| operation_key(*id).key.to_string())
+                    .collect();
+                let loaded = if keys.is_empty() {
+                    Vec::new()
+                } else {
+                    tx.load_rows(&OPERATIONS_TABLE, &keys).await?
+                };
+                let loaded: BTreeMap<OperationId, OperationRow> = loaded
+                    .into_iter()
+                    .filter_map(|row| match row {
+                        Row::Operation(operation) => Some((operation.operation_id, operation)),
+                        _ => None,
+                    })
+                    .collect();
+                for (operation_id, claim_token) in resumed {
+                    let row = loaded
+                        .get(&operation_id)
+                        .cloned()
+                        .ok_or_else(|| EngineError::not_found("operation", operation_id))?;
+                    if row.kind != INGESTION_FILE {
+                        return Err(EngineError::invalid(format!("{operation_id} is not a file ingestion")));
                     }
-                    let keys: Vec<String> = resumed
-                        .iter()
-                        .map(|(id, _)| operation_key(*id).key.to_string())
-                        .collect();
-                    let loaded = if keys.is_empty() {
-                        Vec::new()
-                    } else {
-                        tx.load_rows(&OPERATIONS_TABLE, &keys).await?
-                    };
-                    let loaded: BTreeMap<OperationId, OperationRow> = loaded
-                        .into_iter()
-                        .filter_map(|row| match row {
-                            Row::Operation(operation) => Some((operation.operation_id, operation)),
-                            _ => None,
-                        })
-                        .collect();
-                    for (operation_id, claim_token) in resumed {
-                        let row = loaded
-                            .get(&operation_id)
-                            .cloned()
-                            .ok_or_else(|| EngineError::not_found("operation", operation_id))?;
-                        if row.kind != INGESTION_FILE {
-                            return Err(EngineError::invalid(format!("{operation_id} is not a file ingestion")));
-                        }
-                        let path = row.path.clone().unwrap_or_default();
-                        let mut chain = Chain::new(row);
-                        if chain.row.status.is_claimed() {
-                            chain.then(OperationCommand::Interrupt {
-                                reason: "the ingest process holding it died".into(),
-                            })?;
-                            chain.then(OperationCommand::Transition {
-                                cause: Cause::Requeue,
-                                reason: "resumed by the next ingest".into(),
-                            })?;
-                        }
-                        claim_chain(&mut chain, &claim_token, &worker, lease_expires_at)?;
-                        let stage = chain.row.stage.unwrap_or(IngestionStage::Settling);
-                        appends.extend(chain.append(&stamp));
-                        claims.push(IngestionClaim {
-                            operation_id,
-                            path,
-                            claim_token,
-                            stage,
-                        });
+                    let path = row.path.clone().unwrap_or_default();
+                    let mut chain = Chain::new(row);
+                    if chain.row.status.is_claimed() {
+                        chain.then(OperationCommand::Interrupt {
+                            reason: "the ingest process holding it died".into(),
+                        })?;
+                        chain.then(OperationCommand::Transition {
+                            cause: Cause::Requeue,
+                            reason: "resumed by the next ingest".into(),
+                        })?;
                     }
-                    if !appends.is_empty() {
-                        commit_appends(tx, &mut rows, appends).await?;
-                    }
-                    Ok::<_, EngineError>(claims)
-                })
+                    claim_chain(&mut chain, &claim_token, &worker, lease_expires_at)?;
+                    let stage = chain.row.stage.unwrap_or(IngestionStage::Settling);
+                    appends.extend(chain.append(&stamp));
+                    claims.push(IngestionClaim {
+                        operation_id,
+                        path,
+                        claim_token,
+                        stage,
+                    });
+                }
+                Ok(Decided::answer(claims, appends))
             })
-            .await
+        })
+        .await
     }
 
     /// Moves held ingestions to a stage (each only forward), in one
@@ -312,23 +315,18 @@ impl<S: Store> Engine<S> {
     ) -> Result<(), EngineError> {
         let ids: Vec<OperationId> = claims.iter().map(|claim| claim.operation_id).collect();
         let stamp = self.stamp(context);
-        self.store
-            .write(move |tx: &mut S::Tx| {
-                Box::pin(async move {
-                    let mut rows = WorkingSet::default();
-                    let mut appends = Vec::new();
-                    for row in load_ingestions(tx, &ids).await? {
-                        let mut chain = Chain::new(row);
-                        chain.stages(&[stage])?;
-                        appends.extend(chain.append(&stamp));
-                    }
-                    if !appends.is_empty() {
-                        commit_appends(tx, &mut rows, appends).await?;
-                    }
-                    Ok::<_, EngineError>(())
-                })
+        self.command(move |tx, _| {
+            Box::pin(async move {
+                let mut appends = Vec::new();
+                for row in load_ingestions(tx, &ids).await? {
+                    let mut chain = Chain::new(row);
+                    chain.stages(&[stage])?;
+                    appends.extend(chain.append(&stamp));
+                }
+                Ok(Decided::answer((), appends))
             })
-            .await
+        })
+        .await
     }
 
     /// Registers what held ingestions found, in one transaction: stages
@@ -370,129 +368,125 @@ impl<S: Store> Engine<S> {
             .collect();
         let per_file = kinds.len();
         let stamp = self.stamp(context);
-        self.store
-            .write(move |tx: &mut S::Tx| {
-                Box::pin(async move {
-                    let mut rows = WorkingSet::default();
-                    let ids: Vec<OperationId> = planned.iter().map(|(item, _, _)| item.claim.operation_id).collect();
-                    let operations: BTreeMap<OperationId, OperationRow> = load_ingestions(tx, &ids)
+        self.command(move |tx, rows| {
+            Box::pin(async move {
+                let ids: Vec<OperationId> = planned.iter().map(|(item, _, _)| item.claim.operation_id).collect();
+                let operations: BTreeMap<OperationId, OperationRow> = load_ingestions(tx, &ids)
+                    .await?
+                    .into_iter()
+                    .map(|row| (row.operation_id, row))
+                    .collect();
+                let media_keys: Vec<String> = planned
+                    .iter()
+                    .filter(|(_, _, new_media)| !*new_media)
+                    .map(|(_, media_id, _)| media_key(*media_id).key.to_string())
+                    .collect();
+                let media: BTreeMap<MediaId, MediaRow> = if media_keys.is_empty() {
+                    BTreeMap::new()
+                } else {
+                    tx.load_rows(&MEDIA_TABLE, &media_keys)
                         .await?
                         .into_iter()
-                        .map(|row| (row.operation_id, row))
-                        .collect();
-                    let media_keys: Vec<String> = planned
-                        .iter()
-                        .filter(|(_, _, new_media)| !*new_media)
-                        .map(|(_, media_id, _)| media_key(*media_id).key.to_string())
-                        .collect();
-                    let media: BTreeMap<MediaId, MediaRow> = if media_keys.is_empty() {
-                        BTreeMap::new()
+                        .filter_map(|row| match row {
+                            Row::Media(item) => Some((item.media_id, item)),
+                            _ => None,
+                        })
+                        .collect()
+                };
+                let mut appends = Vec::new();
+                for (item, media_id, new_media) in &planned {
+                    let row = operations
+                        .get(&item.claim.operation_id)
+                        .cloned()
+                        .ok_or_else(|| EngineError::not_found("operation", item.claim.operation_id))?;
+                    if row.claim_token.as_deref() != Some(item.claim.claim_token.as_str()) {
+                        return Err(EngineError::Domain(opledger_domain::DomainError::Conflict(format!(
+                            "ingestion {} is no longer held by this ingest",
+                            item.claim.operation_id
+                        ))));
+                    }
+                    let mut chain = Chain::new(row);
+                    chain.stages(&[IngestionStage::Parsing])?;
+                    chain.then(OperationCommand::Progress {
+                        claim_token: item.claim.claim_token.clone(),
+                        phase: format!("parsed: {}", item.parsed),
+                        processed: 1,
+                        total: Some(1),
+                    })?;
+                    chain.stages(&[IngestionStage::Registered])?;
+                    appends.extend(chain.append(&stamp));
+                    let media_event = if *new_media {
+                        Some(Event::MediaRegistered(MediaRegistered {
+                            media_id: *media_id,
+                            path: item.claim.path.clone(),
+                            media_kind: item.media_kind.clone(),
+                            content_digest: Some(item.content_digest.clone()),
+                            byte_size: Some(item.byte_size),
+                        }))
                     } else {
-                        tx.load_rows(&MEDIA_TABLE, &media_keys)
-                            .await?
-                            .into_iter()
-                            .filter_map(|row| match row {
-                                Row::Media(item) => Some((item.media_id, item)),
-                                _ => None,
-                            })
-                            .collect()
-                    };
-                    let mut appends = Vec::new();
-                    for (item, media_id, new_media) in &planned {
-                        let row = operations
-                            .get(&item.claim.operation_id)
-                            .cloned()
-                            .ok_or_else(|| EngineError::not_found("operation", item.claim.operation_id))?;
-                        if row.claim_token.as_deref() != Some(item.claim.claim_token.as_str()) {
-                            return Err(EngineError::Domain(opledger_domain::DomainError::Conflict(format!(
-                                "ingestion {} is no longer held by this ingest",
-                                item.claim.operation_id
-                            ))));
-                        }
-                        let mut chain = Chain::new(row);
-                        chain.stages(&[IngestionStage::Parsing])?;
-                        chain.then(OperationCommand::Progress {
-                            claim_token: item.claim.claim_token.clone(),
-                            phase: format!("parsed: {}", item.parsed),
-                            processed: 1,
-                            total: Some(1),
-                        })?;
-                        chain.stages(&[IngestionStage::Registered])?;
-                        appends.extend(chain.append(&stamp));
-                        let media_event = if *new_media {
-                            Some(Event::MediaRegistered(MediaRegistered {
+                        let known = media
+                            .get(media_id)
+                            .ok_or_else(|| EngineError::not_found("media", media_id))?;
+                        (known.content_digest.as_deref() != Some(item.content_digest.as_str())
+                            || known.byte_size != Some(item.byte_size))
+                        .then(|| {
+                            Event::MediaUpdated(MediaUpdated {
                                 media_id: *media_id,
                                 path: item.claim.path.clone(),
-                                media_kind: item.media_kind.clone(),
                                 content_digest: Some(item.content_digest.clone()),
                                 byte_size: Some(item.byte_size),
-                            }))
-                        } else {
-                            let known = media
-                                .get(media_id)
-                                .ok_or_else(|| EngineError::not_found("media", media_id))?;
-                            (known.content_digest.as_deref() != Some(item.content_digest.as_str())
-                                || known.byte_size != Some(item.byte_size))
-                            .then(|| {
-                                Event::MediaUpdated(MediaUpdated {
-                                    media_id: *media_id,
-                                    path: item.claim.path.clone(),
-                                    content_digest: Some(item.content_digest.clone()),
-                                    byte_size: Some(item.byte_size),
-                                })
                             })
-                        };
-                        if let Some(event) = media_event {
-                            appends.push(StreamAppend {
-                                stream_id: StreamId::media(*media_id),
-                                expected: if *new_media {
-                                    ExpectedVersion::NoStream
-                                } else {
-                                    ExpectedVersion::Any
-                                },
-                                events: vec![stamp.event(event)],
-                            });
-                        }
-                    }
-                    if !appends.is_empty() {
-                        commit_appends(tx, &mut rows, appends).await?;
-                    }
-                    // The media rows are written: the requests read them.
-                    let mut rows = WorkingSet::default();
-                    let (answers, task_appends) = request_in_tx(tx, &mut rows, prepared, &stamp).await?;
-                    let mut outcomes = Vec::with_capacity(planned.len());
-                    let mut answers = answers.into_iter().zip(new_ids);
-                    for (item, media_id, new_media) in &planned {
-                        let mut tasks_requested = 0;
-                        let mut tasks_created = 0;
-                        let mut task_operations = Vec::with_capacity(per_file);
-                        for _ in 0..per_file {
-                            let (answer, new_id) = answers.next().expect("one answer per request");
-                            let answer = answer?;
-                            if answer.created {
-                                tasks_requested += 1;
-                                if Some(answer.operation_id) == new_id {
-                                    tasks_created += 1;
-                                }
-                            }
-                            task_operations.push(answer.operation_id);
-                        }
-                        outcomes.push(Registered {
-                            operation_id: item.claim.operation_id,
-                            media_id: *media_id,
-                            new_media: *new_media,
-                            tasks_requested,
-                            tasks_created,
-                            task_operations,
+                        })
+                    };
+                    if let Some(event) = media_event {
+                        appends.push(StreamAppend {
+                            stream_id: StreamId::media(*media_id),
+                            expected: if *new_media {
+                                ExpectedVersion::NoStream
+                            } else {
+                                ExpectedVersion::Any
+                            },
+                            events: vec![stamp.event(event)],
                         });
                     }
-                    if !task_appends.is_empty() {
-                        commit_appends(tx, &mut rows, task_appends).await?;
+                }
+                // The media rows are written: the requests read them, into a
+                // working set of their own.
+                if !appends.is_empty() {
+                    commit_appends(tx, rows, appends).await?;
+                }
+                *rows = WorkingSet::default();
+                let (answers, task_appends) = request_in_tx(tx, rows, prepared, &stamp).await?;
+                let mut outcomes = Vec::with_capacity(planned.len());
+                let mut answers = answers.into_iter().zip(new_ids);
+                for (item, media_id, new_media) in &planned {
+                    let mut tasks_requested = 0;
+                    let mut tasks_created = 0;
+                    let mut task_operations = Vec::with_capacity(per_file);
+                    for _ in 0..per_file {
+                        let (answer, new_id) = answers.next().expect("one answer per request");
+                        let answer = answer?;
+                        if answer.created {
+                            tasks_requested += 1;
+                            if Some(answer.operation_id) == new_id {
+                                tasks_created += 1;
+                            }
+                        }
+                        task_operations.push(answer.operation_id);
                     }
-                    Ok::<_, EngineError>(outcomes)
-                })
+                    outcomes.push(Registered {
+                        operation_id: item.claim.operation_id,
+                        media_id: *media_id,
+                        new_media: *new_media,
+                        tasks_requested,
+                        tasks_created,
+                        task_operations,
+                    });
+                }
+                Ok(Decided::answer(outcomes, task_appends))
             })
-            .await
+        })
+        .await
     }
 
     /// Finishes held ingestions, in one transaction: stage `completed` and
@@ -503,46 +497,41 @@ impl<S: Store> Engine<S> {
         outcomes: Vec<(IngestionClaim, Result<Value, String>)>,
     ) -> Result<(), EngineError> {
         let stamp = self.stamp(context);
-        self.store
-            .write(move |tx: &mut S::Tx| {
-                Box::pin(async move {
-                    let mut rows = WorkingSet::default();
-                    let ids: Vec<OperationId> = outcomes.iter().map(|(claim, _)| claim.operation_id).collect();
-                    let loaded: BTreeMap<OperationId, OperationRow> = load_ingestions(tx, &ids)
-                        .await?
-                        .into_iter()
-                        .map(|row| (row.operation_id, row))
-                        .collect();
-                    let mut appends = Vec::new();
-                    for (claim, outcome) in outcomes {
-                        let row = loaded
-                            .get(&claim.operation_id)
-                            .cloned()
-                            .ok_or_else(|| EngineError::not_found("operation", claim.operation_id))?;
-                        let mut chain = Chain::new(row);
-                        match outcome {
-                            Ok(output) => {
-                                chain.stages(&[IngestionStage::Completed])?;
-                                chain.then(OperationCommand::Succeed {
-                                    claim_token: claim.claim_token.clone(),
-                                    output,
-                                })?;
-                            }
-                            Err(error) => chain.then(OperationCommand::Fail {
+        self.command(move |tx, _| {
+            Box::pin(async move {
+                let ids: Vec<OperationId> = outcomes.iter().map(|(claim, _)| claim.operation_id).collect();
+                let loaded: BTreeMap<OperationId, OperationRow> = load_ingestions(tx, &ids)
+                    .await?
+                    .into_iter()
+                    .map(|row| (row.operation_id, row))
+                    .collect();
+                let mut appends = Vec::new();
+                for (claim, outcome) in outcomes {
+                    let row = loaded
+                        .get(&claim.operation_id)
+                        .cloned()
+                        .ok_or_else(|| EngineError::not_found("operation", claim.operation_id))?;
+                    let mut chain = Chain::new(row);
+                    match outcome {
+                        Ok(output) => {
+                            chain.stages(&[IngestionStage::Completed])?;
+                            chain.then(OperationCommand::Succeed {
                                 claim_token: claim.claim_token.clone(),
-                                error,
-                                retryable: false,
-                            })?,
+                                output,
+                            })?;
                         }
-                        appends.extend(chain.append(&stamp));
+                        Err(error) => chain.then(OperationCommand::Fail {
+                            claim_token: claim.claim_token.clone(),
+                            error,
+                            retryable: false,
+                        })?,
                     }
-                    if !appends.is_empty() {
-                        commit_appends(tx, &mut rows, appends).await?;
-                    }
-                    Ok::<_, EngineError>(())
-                })
+                    appends.extend(chain.append(&stamp));
+                }
+                Ok(Decided::answer((), appends))
             })
-            .await
+        })
+        .await
     }
 
     /// Records files that are gone from disk: for each path, a file
@@ -559,44 +548,25 @@ impl<S: Store> Engine<S> {
             .map(|file| (file, OperationId(self.ids.next())))
             .collect();
         let stamp = self.stamp(context);
-        self.store
-            .write(move |tx: &mut S::Tx| {
-                Box::pin(async move {
-                    let mut rows = WorkingSet::default();
-                    let mut appends = Vec::new();
-                    let mut ids = Vec::new();
-                    for (file, operation_id) in planned {
-                        let mut chain = Chain::new(new_ingestion_row(operation_id, &file, now));
-                        chain.events.push(Event::OperationCreated(OperationCreated {
-                            operation_id,
-                            kind: INGESTION_FILE.to_string(),
-                            target: OperationTarget {
-                                media_id: None,
-                                region_id: None,
-                                path: Some(file.path.clone()),
-                            },
-                            revision: None,
-                            inputs: file.inputs(),
-                            status: OperationStatus::Queued,
-                            priority: 0,
-                            task_version: None,
-                        }));
-                        chain.then(OperationCommand::Transition {
-                            cause: Cause::ConfirmMissing,
-                            reason: format!("{} is gone from disk", file.path),
-                        })?;
-                        let mut append = chain.append(&stamp).expect("events");
-                        append.expected = ExpectedVersion::NoStream;
-                        appends.push(append);
-                        ids.push(operation_id);
-                    }
-                    if !appends.is_empty() {
-                        commit_appends(tx, &mut rows, appends).await?;
-                    }
-                    Ok::<_, EngineError>(ids)
-                })
+        self.command(move |_, _| {
+            Box::pin(async move {
+                let mut appends = Vec::new();
+                let mut ids = Vec::new();
+                for (file, operation_id) in planned {
+                    let mut chain = Chain::created(operation_id, &file, now);
+                    chain.then(OperationCommand::Transition {
+                        cause: Cause::ConfirmMissing,
+                        reason: format!("{} is gone from disk", file.path),
+                    })?;
+                    let mut append = chain.append(&stamp).expect("events");
+                    append.expected = ExpectedVersion::NoStream;
+                    appends.push(append);
+                    ids.push(operation_id);
+                }
+                Ok(Decided::answer(ids, appends))
             })
-            .await
+        })
+        .await
     }
 
     async fn media_by_paths(&self, paths: Vec<String>) -> Result<BTreeMap<String, MediaRow>, EngineError> {

@@ -17,25 +17,30 @@ mod commands;
 mod error;
 mod fold;
 mod ingestion;
+mod load;
 mod queries;
+mod reactions;
 mod replay;
 mod review;
 mod startup;
+mod tx;
 mod work;
 
 pub use batches::{BatchRequest, BatchView, MAX_BATCH_ITEMS};
 pub use clock::{Clock, FixedClock, FixedJitter, Ids, Jitter, RandomJitter, SequentialIds, SystemClock, UuidV7Ids};
-pub use commands::{CommandContext, NewOperation, MAX_LEASE_MS};
+pub use commands::NewOperation;
 pub use error::EngineError;
 pub use fold::{fold_events, FOLD_CHUNK};
 pub use ingestion::{FileObservation, IngestionClaim, Registered, Registration};
-pub use opledger_domain::work::{Completion, Fence};
+pub use opledger_domain::lease::{LeaseMs, MAX_LEASE_MS};
+pub use opledger_domain::work::{ClaimOutcome, Completion, Fence};
 pub use queries::{BatchSummary, ProjectionLag, StatusReport};
 pub use replay::{ReplayStats, VerifyReport};
 pub use startup::{MaintenanceReport, StartupReport};
+pub use tx::CommandContext;
 pub use work::{
-    ClaimOutcome, ClaimRequest, HeartbeatOutcome, OutcomeReport, Progress, RecoveryHook, RecoveryReport,
-    RequestOutcome, TaskClaim, TaskOutcome, TaskRequest, TaskTarget, TaskView, MAX_CLAIM_BATCH,
+    ClaimRequest, HeartbeatOutcome, OutcomeReport, Progress, RecoveryHook, RecoveryReport, RequestOutcome, TaskClaim,
+    TaskOutcome, TaskRequest, TaskTarget, TaskView, MAX_CLAIM_BATCH,
 };
 
 use opledger_store::Store;
@@ -125,5 +130,10 @@ impl<S: Store> Engine<S> {
 
     pub fn clock(&self) -> &dyn Clock {
         self.clock.as_ref()
+    }
+
+    /// The engine clock's time now.
+    pub fn now(&self) -> opledger_domain::Timestamp {
+        self.clock.now()
     }
 }

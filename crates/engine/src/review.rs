@@ -1,5 +1,5 @@
 //! The review queue's commands and queries, capability states, and the
-//! upkeep sweep that records where a task kind's version changed under
+//! maintenance sweep that records where a task kind's version changed under
 //! requested work.
 //!
 //! Resolving an entry is a recorded action (`review_resolved`, with actor
@@ -7,14 +7,14 @@
 //! protocol in the same transaction (the operation reopened, or its
 //! revision requested again), and the entry closes when the work succeeds.
 
-use crate::commands::{commit_appends, CommandContext};
 use crate::error::EngineError;
+use crate::load::load_operation;
+use crate::tx::{CommandContext, Decided};
 use crate::Engine;
 use opledger_domain::capabilities::capability_for_task;
 use opledger_domain::events::{Event, OperationRevisionRequested, ReviewResolved, TaskVersionChanged};
 use opledger_domain::projections::{
-    operation_key, version_key, CapabilityRow, Cell, OperationRow, ReviewRow, Row, WorkingSet, CAPABILITY_STATES_TABLE,
-    OPERATIONS_TABLE, REVIEW_TABLE,
+    version_key, CapabilityRow, Cell, OperationRow, ReviewRow, Row, CAPABILITY_STATES_TABLE, REVIEW_TABLE,
 };
 use opledger_domain::review::{EntryState, ReviewAction};
 use opledger_domain::transitions::{self, Cause};
@@ -87,50 +87,43 @@ impl<S: Store> Engine<S> {
         };
         let stamp = self.stamp(context);
         let operation_id = entry.operation_id;
-        self.store
-            .write(move |tx: &mut S::Tx| {
-                Box::pin(async move {
-                    let mut rows = WorkingSet::default();
-                    let current = match tx
-                        .find_rows(&REVIEW_TABLE, &[("entry_id", Cell::Integer(entry_id))], 1)
-                        .await?
-                        .pop()
-                    {
-                        Some(Row::Review(entry)) => entry,
-                        _ => return Err(EngineError::not_found("review entry", entry_id)),
-                    };
-                    if current.state != EntryState::Open {
-                        return Err(EngineError::Domain(DomainError::Conflict(format!(
-                            "review entry {entry_id} is {}, not open",
-                            current.state
-                        ))));
-                    }
-                    let operation = load_operation_row(tx, &mut rows, operation_id).await?;
-                    let mut events = vec![Event::ReviewResolved(ReviewResolved {
-                        operation_id,
-                        entry_id,
-                        action: action.as_str().to_string(),
-                        reason: reason.clone(),
-                        revision: revision.clone(),
-                    })];
-                    if action == ReviewAction::Retry {
-                        events.extend(retry_events(&operation, requested_at, &reason)?);
-                    }
-                    let events = events.into_iter().map(|event| stamp.event(event)).collect();
-                    commit_appends(
-                        tx,
-                        &mut rows,
-                        vec![StreamAppend {
-                            stream_id: StreamId::operation(operation_id),
-                            expected: ExpectedVersion::Exactly(operation.version),
-                            events,
-                        }],
-                    )
-                    .await?;
-                    Ok::<_, EngineError>(())
-                })
+        self.command(move |tx, rows| {
+            Box::pin(async move {
+                let current = match tx
+                    .find_rows(&REVIEW_TABLE, &[("entry_id", Cell::Integer(entry_id))], 1)
+                    .await?
+                    .pop()
+                {
+                    Some(Row::Review(entry)) => entry,
+                    _ => return Err(EngineError::not_found("review entry", entry_id)),
+                };
+                if current.state != EntryState::Open {
+                    return Err(EngineError::Domain(DomainError::Conflict(format!(
+                        "review entry {entry_id} is {}, not open",
+                        current.state
+                    ))));
+                }
+                let operation = load_operation(tx, rows, operation_id).await?;
+                let mut events = vec![Event::ReviewResolved(ReviewResolved {
+                    operation_id,
+                    entry_id,
+                    action: action.as_str().to_string(),
+                    reason: reason.clone(),
+                    revision: revision.clone(),
+                })];
+                if action == ReviewAction::Retry {
+                    events.extend(retry_events(&operation, requested_at, &reason)?);
+                }
+                let events = events.into_iter().map(|event| stamp.event(event)).collect();
+                let append = StreamAppend {
+                    stream_id: StreamId::operation(operation_id),
+                    expected: ExpectedVersion::Exactly(operation.version),
+                    events,
+                };
+                Ok(Decided::answer((), vec![append]))
             })
-            .await?;
+        })
+        .await?;
         self.review_entry(entry_id).await
     }
 
@@ -233,46 +226,28 @@ impl<S: Store> Engine<S> {
                 let stamp = self.stamp(context);
                 let current = current.clone();
                 marked += changed.len();
-                self.store
-                    .write(move |tx: &mut S::Tx| {
-                        Box::pin(async move {
-                            let mut rows = WorkingSet::default();
-                            let appends = changed
-                                .into_iter()
-                                .map(|capability| StreamAppend {
-                                    stream_id: StreamId::operation(capability.operation_id),
-                                    expected: ExpectedVersion::Exactly(capability.version),
-                                    events: vec![stamp.event(Event::TaskVersionChanged(TaskVersionChanged {
-                                        operation_id: capability.operation_id,
-                                        previous_version: capability.current_version.clone(),
-                                        current_version: current.clone(),
-                                        produced_version: capability.produced_version.clone(),
-                                    }))],
-                                })
-                                .collect();
-                            commit_appends(tx, &mut rows, appends).await?;
-                            Ok::<_, EngineError>(())
-                        })
+                self.command(move |_, _| {
+                    Box::pin(async move {
+                        let appends = changed
+                            .into_iter()
+                            .map(|capability| StreamAppend {
+                                stream_id: StreamId::operation(capability.operation_id),
+                                expected: ExpectedVersion::Exactly(capability.version),
+                                events: vec![stamp.event(Event::TaskVersionChanged(TaskVersionChanged {
+                                    operation_id: capability.operation_id,
+                                    previous_version: capability.current_version.clone(),
+                                    current_version: current.clone(),
+                                    produced_version: capability.produced_version.clone(),
+                                }))],
+                            })
+                            .collect();
+                        Ok(Decided::answer((), appends))
                     })
-                    .await?;
+                })
+                .await?;
             }
         }
         Ok(marked)
-    }
-}
-
-async fn load_operation_row<T: WriteTx>(
-    tx: &mut T,
-    rows: &mut WorkingSet,
-    operation_id: opledger_domain::OperationId,
-) -> Result<OperationRow, EngineError> {
-    let key = operation_key(operation_id);
-    match tx.load_rows(&OPERATIONS_TABLE, &[key.key.to_string()]).await?.pop() {
-        Some(Row::Operation(operation)) => {
-            rows.insert_loaded(key, Some(Row::Operation(operation.clone())));
-            Ok(operation)
-        }
-        _ => Err(EngineError::not_found("operation", operation_id)),
     }
 }
 

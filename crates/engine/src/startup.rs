@@ -4,11 +4,11 @@
 //! serving, catch up, swap in one transaction); one that is merely behind
 //! (new in this build) is caught up in place.
 
-use crate::commands::CommandContext;
 use crate::error::EngineError;
 use crate::fold::fold_events;
+use crate::tx::{CommandContext, Decided};
 use crate::Engine;
-use opledger_domain::projections::{all_projectors, family_of, ProjectionSpec, Projector, WorkingSet};
+use opledger_domain::projections::{all_projectors, family_of, ProjectionSpec, Projector};
 use opledger_store::{Store, StoreError, TableSet, WriteTx};
 
 /// What [`Engine::maintain`] did.
@@ -89,7 +89,7 @@ impl<S: Store> Engine<S> {
         Ok(report)
     }
 
-    /// The upkeep that follows startup and precedes work: results
+    /// The maintenance that follows startup and precedes work: results
     /// produced by task versions no longer current are recorded stale, and
     /// batches whose items settled without their batch noticing record
     /// those outcomes (completion reconciliation). Idempotent; the CLI and
@@ -107,9 +107,10 @@ impl<S: Store> Engine<S> {
         let chunk = self.fold_chunk;
         let mut folded = 0u64;
         loop {
+            // Folded into one projection alone, never appended to: a
+            // command with nothing to append.
             let (count, at_head) = self
-                .store
-                .write(move |tx: &mut S::Tx| {
+                .command(move |tx, rows| {
                     Box::pin(async move {
                         let spec = projector.spec();
                         let position = tx.projection_position(spec).await?.ok_or_else(|| {
@@ -117,12 +118,11 @@ impl<S: Store> Engine<S> {
                         })?;
                         let events = tx.read_events(position, chunk).await?;
                         let Some(last) = events.last().map(|event| event.seq) else {
-                            return Ok::<_, EngineError>((0u64, true));
+                            return Ok(Decided::answer((0u64, true), Vec::new()));
                         };
-                        let mut rows = WorkingSet::default();
-                        fold_events(tx, &mut rows, &[projector], &events).await?;
+                        fold_events(tx, rows, &[projector], &events).await?;
                         tx.advance_position(spec, position, last).await?;
-                        Ok((events.len() as u64, events.len() < chunk))
+                        Ok(Decided::answer((events.len() as u64, events.len() < chunk), Vec::new()))
                     })
                 })
                 .await?;
@@ -153,23 +153,21 @@ impl<S: Store> Engine<S> {
             );
         }
         let specs = family.clone();
-        self.store
-            .write(move |tx: &mut S::Tx| {
-                Box::pin(async move {
-                    for spec in specs {
-                        tx.create_shadow(spec).await?;
-                    }
-                    Ok::<_, EngineError>(())
-                })
+        self.command(move |tx, _| {
+            Box::pin(async move {
+                for spec in specs {
+                    tx.create_shadow(spec).await?;
+                }
+                Ok(Decided::answer((), Vec::new()))
             })
-            .await?;
+        })
+        .await?;
         let chunk = self.fold_chunk;
         let mut folded = 0u64;
         loop {
             let (family, projectors) = (family.clone(), projectors.clone());
             let (count, swapped) = self
-                .store
-                .write(move |tx: &mut S::Tx| {
+                .command(move |tx, rows| {
                     Box::pin(async move {
                         // The members' shadows move together, so any one's
                         // position is the family's.
@@ -178,8 +176,7 @@ impl<S: Store> Engine<S> {
                         })?;
                         let events = tx.read_events(position, chunk).await?;
                         tx.use_tables(TableSet::Shadow);
-                        let mut rows = WorkingSet::default();
-                        fold_events(tx, &mut rows, &projectors, &events).await?;
+                        fold_events(tx, rows, &projectors, &events).await?;
                         tx.use_tables(TableSet::Live);
                         if let Some(last) = events.last() {
                             for spec in &family {
@@ -190,7 +187,7 @@ impl<S: Store> Engine<S> {
                         if at_head {
                             tx.swap_shadows(&family).await?;
                         }
-                        Ok::<_, EngineError>((events.len() as u64, at_head))
+                        Ok(Decided::answer((events.len() as u64, at_head), Vec::new()))
                     })
                 })
                 .await?;

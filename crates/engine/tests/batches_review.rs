@@ -173,7 +173,7 @@ async fn capability_goes_pending_to_succeeded_then_stale_and_back<B: Backend>(ba
     );
     lab.verify().await;
 
-    // A new build declares metadata version 2: startup's upkeep records the
+    // A new build declares metadata version 2: startup's maintenance records the
     // result stale, on the operation's timeline.
     drop(lab);
     let lab = lab_with(backend, 1_000, &[("metadata", "2")]).await;
@@ -189,7 +189,7 @@ async fn capability_goes_pending_to_succeeded_then_stale_and_back<B: Backend>(ba
         .map(|event| event.event_type())
         .collect();
     assert_eq!(timeline.last(), Some(&"task_version_changed"));
-    // Upkeep again finds nothing: the sweep is idempotent.
+    // Maintenance again finds nothing: the sweep is idempotent.
     let again = lab.engine.maintain(&CommandContext::actor("system")).await.unwrap();
     assert_eq!(again.stale_marked, 0);
 

@@ -7,7 +7,7 @@
 //! no result), failures (retryable or terminal), cancels and their
 //! acknowledgements, each report made with a held, an ended or a bogus claim
 //! token. The clock moves between commands; now and then recovery runs or the
-//! process restarts (reopen, startup, upkeep), sometimes under a new
+//! process restarts (reopen, startup, maintenance), sometimes under a new
 //! metadata version. Batches are created over the items, cancelled and
 //! resumed; open review entries are retried, dismissed or acknowledged.
 //!
@@ -172,7 +172,10 @@ async fn open_engine(
         .with_task_version("metadata", &metadata_version.to_string())
         .expect("a known kind");
     engine.startup().await.expect("startup");
-    engine.maintain(&CommandContext::actor("system")).await.expect("upkeep");
+    engine
+        .maintain(&CommandContext::actor("system"))
+        .await
+        .expect("maintenance");
     engine
 }
 

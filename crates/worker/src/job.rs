@@ -1,10 +1,10 @@
 //! What a running task sees: its claim, throttled progress, the
 //! cancellation signal, and fenced file outputs.
 
-use crate::backend::{is_claim_lost, is_transient, Backend};
 use crate::files;
+use crate::link::{is_claim_lost, is_transient, JobLink};
 use opledger_domain::{MediaId, OperationId, RegionId};
-use opledger_engine::{CommandContext, EngineError, Fence, Progress, TaskClaim};
+use opledger_engine::{CommandContext, EngineError, Fence, LeaseMs, Progress, TaskClaim};
 use serde_json::Value;
 use std::ffi::OsString;
 use std::fmt;
@@ -142,8 +142,8 @@ pub struct Job {
     claim: TaskClaim,
     fence: Fence,
     context: CommandContext,
-    lease_ms: i64,
-    backend: Arc<dyn Backend>,
+    lease: LeaseMs,
+    link: Arc<dyn JobLink>,
     stop_tx: StopSender,
     stop_rx: watch::Receiver<Option<StopReason>>,
     progress: ProgressState,
@@ -169,8 +169,8 @@ impl Job {
     pub(crate) fn new(
         claim: TaskClaim,
         context: CommandContext,
-        lease_ms: i64,
-        backend: Arc<dyn Backend>,
+        lease: LeaseMs,
+        link: Arc<dyn JobLink>,
         stop_tx: StopSender,
         progress_interval: Duration,
     ) -> Self {
@@ -179,8 +179,8 @@ impl Job {
             fence: claim.fence(),
             claim,
             context,
-            lease_ms,
-            backend,
+            lease,
+            link,
             stop_tx,
             stop_rx,
             progress: ProgressState {
@@ -342,10 +342,7 @@ impl Job {
     }
 
     async fn send_progress(&mut self, progress: Progress) -> Result<(), JobError> {
-        let sent = self
-            .backend
-            .progress(&self.context, &self.fence, progress.clone())
-            .await;
+        let sent = self.link.progress(&self.context, &self.fence, progress.clone()).await;
         let now = Instant::now();
         match sent {
             Ok(()) => {
@@ -455,8 +452,8 @@ impl Job {
         // only) cannot take it before the rename, and no write is needed.
         // Near expiry, or when the read fails, a fenced heartbeat both
         // checks and extends the lease.
-        let half_lease_us = self.lease_ms.saturating_mul(500);
-        let standing = match self.backend.claim_standing(&self.fence).await {
+        let half_lease_us = self.lease.millis().saturating_mul(500);
+        let standing = match self.link.claim_standing(&self.fence).await {
             Ok((beat, now))
                 if beat.cancel_requested
                     || beat.lease_expires_at.as_micros().saturating_sub(now.as_micros()) > half_lease_us =>
@@ -464,7 +461,7 @@ impl Job {
                 Ok(beat)
             }
             Err(error) if is_claim_lost(&error) => Err(error),
-            _ => self.backend.heartbeat(&self.fence, self.lease_ms).await,
+            _ => self.link.heartbeat(&self.fence, self.lease).await,
         };
         match standing {
             Ok(beat) if beat.cancel_requested => {

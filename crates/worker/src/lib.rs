@@ -42,11 +42,12 @@
 //! # }
 //! ```
 
-mod backend;
 mod compute;
 mod files;
 mod job;
+mod link;
 mod pool;
+mod report;
 mod task;
 
 pub use compute::{ComputeError, ComputeThreads};

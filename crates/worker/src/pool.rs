@@ -2,14 +2,13 @@
 //! its own heartbeat, reports the outcome, and runs recovery at start and
 //! periodically.
 
-use crate::backend::{is_claim_lost, is_transient, Backend};
 use crate::job::{trip, Job, StopReason, PROGRESS_INTERVAL};
-use crate::task::{DynTask, Outcome, Task, TaskError};
+use crate::link::{is_claim_lost, is_transient, JobLink};
+use crate::report::{record_end, report_failure, reporter, EndKind, Ran, Reporter, DEFAULT_REPORT_LINGER};
+use crate::task::{DynTask, Task};
 use futures::FutureExt;
-use opledger_domain::OperationStatus;
 use opledger_engine::{
-    ClaimOutcome, ClaimRequest, CommandContext, Engine, EngineError, Fence, OutcomeReport, RecoveryReport, TaskClaim,
-    TaskOutcome, MAX_CLAIM_BATCH, MAX_LEASE_MS,
+    ClaimRequest, CommandContext, Engine, EngineError, Fence, LeaseMs, RecoveryReport, TaskClaim, MAX_CLAIM_BATCH,
 };
 use opledger_store::Store;
 use std::any::Any;
@@ -94,7 +93,7 @@ impl PoolReport {
 struct Settings {
     name: String,
     workers: usize,
-    lease_ms: i64,
+    lease: LeaseMs,
     batch: usize,
     idle_poll: Duration,
     heartbeat_interval: Duration,
@@ -199,14 +198,11 @@ impl<S: Store> WorkerPoolBuilder<S> {
         if batch == 0 || batch > MAX_CLAIM_BATCH {
             return invalid(format!("a claim batch takes 1 to {MAX_CLAIM_BATCH} tasks, not {batch}"));
         }
-        let lease_ms = i64::try_from(self.lease.as_millis()).unwrap_or(i64::MAX);
-        if lease_ms <= 0 || lease_ms > MAX_LEASE_MS {
-            return invalid(format!(
-                "a lease must be between 1 ms and {} days, not {:?}",
-                MAX_LEASE_MS / 86_400_000,
-                self.lease
-            ));
-        }
+        let lease = match LeaseMs::from_duration(self.lease) {
+            Ok(lease) => lease,
+            Err(opledger_domain::DomainError::InvalidInput(message)) => return invalid(message),
+            Err(other) => return invalid(other.to_string()),
+        };
         let heartbeat_interval = self.heartbeat_interval.unwrap_or(self.lease / 3);
         for (what, interval) in [
             ("heartbeat interval", heartbeat_interval),
@@ -240,7 +236,7 @@ impl<S: Store> WorkerPoolBuilder<S> {
         let settings = Settings {
             name: self.name,
             workers: self.workers,
-            lease_ms,
+            lease,
             batch,
             idle_poll: self.idle_poll,
             heartbeat_interval,
@@ -251,7 +247,7 @@ impl<S: Store> WorkerPoolBuilder<S> {
         };
         Ok(WorkerPool {
             shared: Arc::new(Shared {
-                backend: Arc::new(self.engine.clone()),
+                link: Arc::new(self.engine.clone()),
                 engine: self.engine,
                 tasks,
                 settings,
@@ -263,7 +259,7 @@ impl<S: Store> WorkerPoolBuilder<S> {
 struct Shared<S: Store> {
     engine: Engine<S>,
     /// The same engine, as jobs see it.
-    backend: Arc<dyn Backend>,
+    link: Arc<dyn JobLink>,
     tasks: BTreeMap<&'static str, Arc<dyn DynTask>>,
     settings: Settings,
 }
@@ -292,23 +288,6 @@ impl<S: Store> Clone for WorkerPool<S> {
 struct JobEnd {
     executed: bool,
     kind: EndKind,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum EndKind {
-    Completed,
-    Failed { terminal: bool, panicked: bool },
-    Cancelled,
-    Lost,
-    Unreported,
-}
-
-/// How a task's run ended, before anything was reported.
-enum Ran {
-    Returned(Result<Outcome, TaskError>),
-    Panicked(String),
-    /// Told to stop, it did not return within the grace: dropped.
-    Abandoned,
 }
 
 enum Mode {
@@ -395,11 +374,11 @@ where
         tracing::info!(?pass, "recovered interrupted work at start");
     }
     report.add_recovery(&pass);
-    // Then upkeep: results of task versions no longer current are recorded
-    // stale, and batches catch up with items that settled meanwhile.
-    let upkeep = shared.engine.maintain(&context).await?;
-    if upkeep != opledger_engine::MaintenanceReport::default() {
-        tracing::info!(?upkeep, "upkeep at start");
+    // Then maintenance: results of task versions no longer current are
+    // recorded stale, and batches catch up with items that settled meanwhile.
+    let maintenance = shared.engine.maintain(&context).await?;
+    if maintenance != opledger_engine::MaintenanceReport::default() {
+        tracing::info!(?maintenance, "maintenance at start");
     }
 
     let (reports, queued_reports) = mpsc::unbounded_channel();
@@ -502,89 +481,6 @@ where
     }
 }
 
-/// Most outcomes written in one command.
-const MAX_REPORT_BATCH: usize = 128;
-
-/// See [`WorkerPoolBuilder::report_linger`].
-const DEFAULT_REPORT_LINGER: Duration = Duration::from_millis(20);
-
-/// An outcome waiting for the reporter, and where its answer goes.
-struct PendingReport {
-    report: OutcomeReport,
-    answer: oneshot::Sender<Result<TaskOutcome, EngineError>>,
-}
-
-/// How jobs hand their outcomes to the pool's reporter.
-#[derive(Clone)]
-struct Reporter {
-    queue: mpsc::UnboundedSender<PendingReport>,
-}
-
-impl Reporter {
-    /// Records one claim's outcome; answers once it is durable (or refused).
-    async fn report(
-        &self,
-        context: &CommandContext,
-        fence: &Fence,
-        outcome: ClaimOutcome,
-    ) -> Result<TaskOutcome, EngineError> {
-        let (answer, answered) = oneshot::channel();
-        let report = OutcomeReport {
-            context: context.clone(),
-            fence: fence.clone(),
-            outcome,
-        };
-        let gone = || {
-            EngineError::Store(opledger_store::StoreError::unavailable(
-                "the pool's outcome reporter has stopped",
-            ))
-        };
-        self.queue.send(PendingReport { report, answer }).map_err(|_| gone())?;
-        answered.await.map_err(|_| gone())?
-    }
-}
-
-/// Writes the outcomes jobs send, one command at a time: the outcomes that
-/// queued while one batch was being written go together in the next. A
-/// pool whose jobs finish faster than the store commits thus pays one
-/// command's fixed cost (loads, positions, savepoint, commit) per batch
-/// instead of per task; a quiet pool writes each outcome at once.
-async fn reporter<S: Store>(
-    engine: Engine<S>,
-    mut queue: mpsc::UnboundedReceiver<PendingReport>,
-    running: Arc<AtomicUsize>,
-    linger: Duration,
-) {
-    while let Some(first) = queue.recv().await {
-        let mut batch = vec![first];
-        let deadline = tokio::time::Instant::now() + linger;
-        while batch.len() < MAX_REPORT_BATCH {
-            match queue.try_recv() {
-                Ok(pending) => batch.push(pending),
-                // Every running job has reported: nothing more will come.
-                Err(_) if batch.len() >= running.load(Ordering::SeqCst) => break,
-                Err(_) => match tokio::time::timeout_at(deadline, queue.recv()).await {
-                    Ok(Some(pending)) => batch.push(pending),
-                    Ok(None) | Err(_) => break,
-                },
-            }
-        }
-        let reports: Vec<OutcomeReport> = batch.iter().map(|pending| pending.report.clone()).collect();
-        match with_retries("report outcomes", || engine.report_outcomes(reports.clone())).await {
-            Ok(answers) => {
-                for (pending, answer) in batch.into_iter().zip(answers) {
-                    let _ = pending.answer.send(answer);
-                }
-            }
-            Err(error) => {
-                for pending in batch {
-                    let _ = pending.answer.send(Err(error.clone()));
-                }
-            }
-        }
-    }
-}
-
 async fn claim<S: Store>(
     shared: &Shared<S>,
     context: &CommandContext,
@@ -597,7 +493,7 @@ async fn claim<S: Store>(
             ClaimRequest {
                 kinds: shared.tasks.keys().map(|kind| kind.to_string()).collect(),
                 worker: shared.settings.name.clone(),
-                lease_ms: shared.settings.lease_ms,
+                lease_ms: shared.settings.lease.millis(),
                 limit,
             },
         )
@@ -673,9 +569,9 @@ async fn run_job<S: Store>(
     let (done_tx, done_rx) = oneshot::channel();
     let heartbeat = tokio::spawn(
         heartbeat_loop(
-            shared.backend.clone(),
+            shared.link.clone(),
             fence.clone(),
-            settings.lease_ms,
+            settings.lease,
             settings.heartbeat_interval,
             stop_tx.clone(),
             done_rx,
@@ -685,8 +581,8 @@ async fn run_job<S: Store>(
     let mut job = Job::new(
         claim,
         context.clone(),
-        settings.lease_ms,
-        shared.backend.clone(),
+        settings.lease,
+        shared.link.clone(),
         stop_tx,
         settings.progress_interval,
     );
@@ -732,152 +628,15 @@ pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
     }
 }
 
-/// Records how the job ended. A lost claim records nothing; a cancel is
-/// acknowledged only after the temporary outputs are gone; an output is
-/// completed even if a cancel request arrived after the task finished.
-async fn record_end<S: Store>(
-    engine: &Engine<S>,
-    reporter: &Reporter,
-    context: &CommandContext,
-    fence: &Fence,
-    job: &mut Job,
-    ran: Ran,
-) -> EndKind {
-    let stop = job.stop_reason();
-    if let Some(StopReason::ClaimLost(reason)) = &stop {
-        let removed = job.remove_temporary_outputs().await;
-        tracing::warn!(%reason, removed, "claim lost: the outcome is not reported");
-        return EndKind::Lost;
-    }
-    let finished_anyway = matches!(ran, Ran::Returned(Ok(_)));
-    if stop == Some(StopReason::CancelRequested) && !finished_anyway {
-        let removed = job.remove_temporary_outputs().await;
-        tracing::info!(removed, "cancelled; temporary outputs removed");
-        return match with_retries("acknowledge the cancel", || engine.acknowledge_cancel(context, fence)).await {
-            Ok(_) => EndKind::Cancelled,
-            Err(error) if is_claim_lost(&error) => {
-                tracing::warn!(%error, "cancel not acknowledged: the claim was lost");
-                EndKind::Lost
-            }
-            Err(error) => {
-                tracing::error!(%error, "cancel not acknowledged; recovery will finish it");
-                EndKind::Unreported
-            }
-        };
-    }
-    // Whatever was not committed is garbage now.
-    job.remove_temporary_outputs().await;
-    job.flush_progress().await;
-    if job
-        .stop_reason()
-        .is_some_and(|reason| matches!(reason, StopReason::ClaimLost(_)))
-    {
-        return EndKind::Lost;
-    }
-    let (message, terminal, panicked) = match ran {
-        Ran::Returned(Ok(outcome)) => {
-            let completion = outcome.into_completion();
-            return match reporter
-                .report(context, fence, ClaimOutcome::Complete(completion))
-                .await
-            {
-                Ok(outcome) => {
-                    tracing::debug!(status = %outcome.status, "completed");
-                    EndKind::Completed
-                }
-                Err(error) if is_claim_lost(&error) => {
-                    tracing::warn!(%error, "completion refused: the claim was lost");
-                    EndKind::Lost
-                }
-                Err(error) => {
-                    tracing::error!(%error, "completion not recorded; recovery will requeue the task");
-                    EndKind::Unreported
-                }
-            };
-        }
-        Ran::Returned(Err(TaskError::Retryable(message))) => (message, false, false),
-        Ran::Returned(Err(TaskError::Terminal(message))) => (message, true, false),
-        Ran::Returned(Err(TaskError::Stopped(reason))) => (
-            format!("the task stopped without being asked to ({reason})"),
-            false,
-            false,
-        ),
-        Ran::Panicked(message) => (format!("the task panicked: {message}"), false, true),
-        Ran::Abandoned => (
-            "the task was dropped after it was told to stop".to_string(),
-            false,
-            false,
-        ),
-    };
-    report_failure(reporter, context, fence, &message, terminal, panicked).await
-}
-
-async fn report_failure(
-    reporter: &Reporter,
-    context: &CommandContext,
-    fence: &Fence,
-    message: &str,
-    terminal: bool,
-    panicked: bool,
-) -> EndKind {
-    let message = opledger_domain::work::failure_message(message);
-    let outcome = ClaimOutcome::Fail {
-        error: message.to_string(),
-        terminal,
-    };
-    match reporter.report(context, fence, outcome).await {
-        Ok(outcome) if outcome.status == OperationStatus::Cancelled => {
-            // A cancel was requested after the job's last heartbeat: the
-            // engine finished it with the failure instead of a retry.
-            tracing::info!(error = message, "failed after a cancel request: cancelled");
-            EndKind::Cancelled
-        }
-        Ok(outcome) => {
-            tracing::info!(status = %outcome.status, error = message, "failed");
-            EndKind::Failed { terminal, panicked }
-        }
-        Err(error) if is_claim_lost(&error) => {
-            tracing::warn!(%error, "failure refused: the claim was lost");
-            EndKind::Lost
-        }
-        Err(error) => {
-            tracing::error!(%error, "failure not recorded; recovery will requeue the task");
-            EndKind::Unreported
-        }
-    }
-}
-
-/// Tries a report again on transient storage trouble (three more times,
-/// 100 ms, 400 ms, 1.6 s apart).
-async fn with_retries<T, F, Fut>(what: &str, mut call: F) -> Result<T, EngineError>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, EngineError>>,
-{
-    let mut delay = Duration::from_millis(100);
-    let mut retries = 3;
-    loop {
-        match call().await {
-            Err(error) if retries > 0 && is_transient(&error) => {
-                tracing::warn!(%error, ?delay, "could not {what}; trying again");
-                tokio::time::sleep(delay).await;
-                delay *= 4;
-                retries -= 1;
-            }
-            other => return other,
-        }
-    }
-}
-
 /// Extends the lease every `interval` until the job is done; trips the
 /// job's stop signal when the answer asks for cancellation or the fence
 /// refuses the heartbeat (the claim was lost: stop, report nothing). Keeps
 /// beating after a cancel request, so the lease holds while the job cleans
 /// up.
 async fn heartbeat_loop(
-    backend: Arc<dyn Backend>,
+    link: Arc<dyn JobLink>,
     fence: Fence,
-    lease_ms: i64,
+    lease: LeaseMs,
     interval: Duration,
     stop: Arc<watch::Sender<Option<StopReason>>>,
     mut done: oneshot::Receiver<()>,
@@ -889,7 +648,7 @@ async fn heartbeat_loop(
             _ = &mut done => return,
             () = tokio::time::sleep(delay) => {}
         }
-        match backend.heartbeat(&fence, lease_ms).await {
+        match link.heartbeat(&fence, lease).await {
             Ok(beat) => {
                 delay = interval;
                 if beat.cancel_requested {

@@ -40,8 +40,8 @@ pub use operations::{
     operation_key, MediaOperations, OperationRow, BY_STATUS, INGESTION_FILE, MEDIA_OPERATIONS, OPERATIONS_TABLE,
 };
 pub use processing_states::{
-    state_key, state_table, ProcessingStateRow, ProcessingStates, MEDIA_STATES_TABLE, PROCESSING_STATES,
-    REGION_STATES_TABLE,
+    state_key, state_locations, state_table, ProcessingStateRow, ProcessingStates, MEDIA_STATES_TABLE,
+    PROCESSING_STATES, REGION_STATES_TABLE,
 };
 pub use review_queue::{review_key, ReviewQueue, ReviewRow, REVIEW_QUEUE, REVIEW_TABLE};
 pub use working_set::{Key, RowChange, RowKey, RowQuery, Stored, WorkingSet};

@@ -217,6 +217,14 @@ pub fn state_key(target_type: TargetType, operation_id: OperationId) -> RowKey {
     RowKey::new(state_table(target_type), operation_id.key())
 }
 
+/// Where the processing state of a task operation known only by its id may
+/// be: each state table with the operation's key in it, media first. The
+/// row is in exactly one of them, the one of its target's type.
+pub fn state_locations(operation_id: OperationId) -> [(&'static TableSpec, RowKey); 2] {
+    [TargetType::Media, TargetType::Region]
+        .map(|target_type| (state_table(target_type), state_key(target_type, operation_id)))
+}
+
 /// Folds task operations' events into the processing-state tables.
 pub struct ProcessingStates;
 

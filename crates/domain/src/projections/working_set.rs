@@ -2,6 +2,7 @@
 
 use super::cells::{Cell, TableSpec};
 use super::Row;
+use crate::ids::{BatchId, MediaId, OperationId, RegionId};
 use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
@@ -84,6 +85,20 @@ impl fmt::Display for Key {
         }
     }
 }
+
+/// Each id as a row key, rendered as the id's `to_string` renders it (and
+/// so as every stored key of it).
+macro_rules! id_keys {
+    ($($id:ident),*) => {
+        $(impl $id {
+            pub fn key(&self) -> Key {
+                Key::Id(self.0)
+            }
+        })*
+    };
+}
+
+id_keys!(MediaId, RegionId, OperationId, BatchId);
 
 impl From<Uuid> for Key {
     fn from(uuid: Uuid) -> Self {
@@ -455,7 +470,6 @@ impl WorkingSet {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ids::{MediaId, RegionId};
     use crate::projections::{MediaRow, RegionRow, MEDIA_TABLE};
     use crate::time::Timestamp;
     use uuid::Uuid;
@@ -694,6 +708,7 @@ mod tests {
 #[cfg(test)]
 mod key_tests {
     use super::Key;
+    use crate::ids::{BatchId, MediaId, OperationId, RegionId};
     use proptest::prelude::*;
     use uuid::Uuid;
 
@@ -748,6 +763,20 @@ mod key_tests {
                 prop_assert_eq!(left_key.cmp(&right_key), left.cmp(&right));
                 prop_assert_eq!(left_key == right_key, left == right);
             }
+        }
+    }
+
+    proptest! {
+        /// Row keys are the stored key text: an id's `key` must be exactly
+        /// what its `to_string` (and therefore every stored key) gives.
+        #[test]
+        fn an_id_key_is_its_display_text(bits in any::<u128>()) {
+            let uuid = Uuid::from_u128(bits);
+            prop_assert_eq!(MediaId(uuid).key().to_string(), MediaId(uuid).to_string());
+            prop_assert_eq!(RegionId(uuid).key().to_string(), RegionId(uuid).to_string());
+            prop_assert_eq!(OperationId(uuid).key().to_string(), OperationId(uuid).to_string());
+            prop_assert_eq!(BatchId(uuid).key().to_string(), BatchId(uuid).to_string());
+            prop_assert_eq!(Key::from_text(&MediaId(uuid).to_string()), MediaId(uuid).key());
         }
     }
 }

@@ -1,16 +1,21 @@
-//! The engine as a job sees it: the two fenced liveness calls a running task
-//! may make (heartbeat, progress), behind an object-safe trait so that
-//! [`crate::Job`] and [`crate::Task`] are not generic over the store.
+//! The engine as a job sees it: the fenced calls a running task's claim
+//! makes while it is held (heartbeat, progress, is it still standing),
+//! behind an object-safe trait, [`JobLink`], so that [`crate::Job`] and
+//! [`crate::Task`] are not generic over the store.
 
 use futures::future::BoxFuture;
 use opledger_domain::{DomainError, Timestamp};
-use opledger_engine::{CommandContext, Engine, EngineError, Fence, HeartbeatOutcome, Progress};
+use opledger_engine::{CommandContext, Engine, EngineError, Fence, HeartbeatOutcome, LeaseMs, Progress};
 use opledger_store::{ErrorKind, Store};
 
-pub(crate) trait Backend: Send + Sync + 'static {
-    /// A fenced heartbeat that extends the lease to `now + lease_ms`.
-    fn heartbeat<'a>(&'a self, fence: &'a Fence, lease_ms: i64)
-        -> BoxFuture<'a, Result<HeartbeatOutcome, EngineError>>;
+/// A running job's link to the engine, for its one claim.
+pub(crate) trait JobLink: Send + Sync + 'static {
+    /// A fenced heartbeat that extends the lease to `now + lease`.
+    fn heartbeat<'a>(
+        &'a self,
+        fence: &'a Fence,
+        lease: LeaseMs,
+    ) -> BoxFuture<'a, Result<HeartbeatOutcome, EngineError>>;
 
     fn progress<'a>(
         &'a self,
@@ -27,13 +32,13 @@ pub(crate) trait Backend: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<(HeartbeatOutcome, Timestamp), EngineError>>;
 }
 
-impl<S: Store> Backend for Engine<S> {
+impl<S: Store> JobLink for Engine<S> {
     fn heartbeat<'a>(
         &'a self,
         fence: &'a Fence,
-        lease_ms: i64,
+        lease: LeaseMs,
     ) -> BoxFuture<'a, Result<HeartbeatOutcome, EngineError>> {
-        Box::pin(Engine::heartbeat(self, fence, Some(lease_ms)))
+        Box::pin(Engine::heartbeat(self, fence, Some(lease.millis())))
     }
 
     fn progress<'a>(

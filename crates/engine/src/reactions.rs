@@ -1,0 +1,109 @@
+//! The reactions that follow every command's events inside its transaction
+//! (listed, in order, by `tx::REACTIONS`): each reads what the command
+//! appended and the rows it left, and says what else must be recorded in
+//! the same transaction.
+//!
+//! A reaction knows no command: it sees envelopes and rows only, so every
+//! command gets it by committing, and none can forget it.
+
+use crate::error::EngineError;
+use opledger_domain::batches::{settled_outcome, ItemOutcome};
+use opledger_domain::events::{BatchItemSettled, Event};
+use opledger_domain::projections::{operation_key, Cell, OperationRow, Row, WorkingSet, BATCH_ITEMS_TABLE};
+use opledger_domain::{BatchId, EventEnvelope, NewEvent, OperationId, StreamId};
+use opledger_store::{ExpectedVersion, StreamAppend, WriteTx};
+use std::collections::BTreeMap;
+
+/// One reaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reaction {
+    /// Completion reconciliation: for every operation the events left
+    /// settled, the batches holding it as an unsettled item record its
+    /// outcome, on each batch's stream, right after the events that
+    /// settled it.
+    BatchSettlement,
+}
+
+impl Reaction {
+    /// The appends this reaction makes for `envelopes` (none when nothing
+    /// concerns it).
+    pub(crate) async fn appends<T: WriteTx>(
+        self,
+        tx: &mut T,
+        rows: &WorkingSet,
+        envelopes: &[EventEnvelope],
+    ) -> Result<Vec<StreamAppend>, EngineError> {
+        match self {
+            Reaction::BatchSettlement => batch_settlements(tx, rows, envelopes).await,
+        }
+    }
+}
+
+async fn batch_settlements<T: WriteTx>(
+    tx: &mut T,
+    rows: &WorkingSet,
+    envelopes: &[EventEnvelope],
+) -> Result<Vec<StreamAppend>, EngineError> {
+    // The settling event of each operation: the last status change.
+    let mut settling: BTreeMap<OperationId, &EventEnvelope> = BTreeMap::new();
+    for envelope in envelopes {
+        let (Some(operation_id), Some(_)) = (envelope.event.operation_id(), envelope.event.cause()) else {
+            continue;
+        };
+        settling.insert(operation_id, envelope);
+    }
+    settling.retain(|operation_id, _| {
+        matches!(rows.get(&operation_key(*operation_id)), Some(Row::Operation(operation)) if operation.status.is_terminal())
+    });
+    if settling.is_empty() {
+        return Ok(Vec::new());
+    }
+    let values: Vec<Cell> = settling.keys().map(|id| Cell::Uuid(id.0)).collect();
+    let items = tx.find_rows_in(&BATCH_ITEMS_TABLE, "operation_id", &values).await?;
+    let mut by_batch: BTreeMap<BatchId, Vec<NewEvent>> = BTreeMap::new();
+    for row in items {
+        let Row::BatchItem(item) = row else { continue };
+        if item.outcome.is_some() {
+            continue;
+        }
+        let (Some(envelope), Some(Row::Operation(operation))) = (
+            settling.get(&item.operation_id),
+            rows.get(&operation_key(item.operation_id)),
+        ) else {
+            continue;
+        };
+        let Some(outcome) = settled_outcome(operation.status) else {
+            continue;
+        };
+        by_batch.entry(item.batch_id).or_default().push(NewEvent {
+            event: Event::BatchItemSettled(BatchItemSettled {
+                batch_id: item.batch_id,
+                operation_id: item.operation_id,
+                outcome: outcome.as_str().to_string(),
+                status: operation.status,
+                reason: settlement_reason(outcome, operation),
+            }),
+            recorded_at: envelope.recorded_at,
+            actor: "system".to_string(),
+            correlation_id: envelope.correlation_id.clone(),
+            causation_id: Some(format!("seq:{}", envelope.seq)),
+        });
+    }
+    Ok(by_batch
+        .into_iter()
+        .map(|(batch_id, events)| StreamAppend {
+            stream_id: StreamId::batch(batch_id),
+            expected: ExpectedVersion::Any,
+            events,
+        })
+        .collect())
+}
+
+/// Why an item settled as it did: the error for a failure, the recorded
+/// reason otherwise (an earlier attempt's error is no reason for a success).
+pub(crate) fn settlement_reason(outcome: ItemOutcome, operation: &OperationRow) -> Option<String> {
+    match outcome {
+        ItemOutcome::Failed => operation.last_error.clone().or_else(|| operation.status_reason.clone()),
+        ItemOutcome::Succeeded | ItemOutcome::Skipped | ItemOutcome::Cancelled => operation.status_reason.clone(),
+    }
+}

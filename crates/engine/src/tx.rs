@@ -1,0 +1,246 @@
+//! The transaction plumbing every command shares: who issues a command
+//! ([`CommandContext`]) and the metadata its events carry ([`Stamp`]); the
+//! write helper that runs a command's body in one write transaction with
+//! its working set and appends what the body decided ([`Engine::command`]);
+//! the append itself ([`commit_appends`]: append, fold inline, advance the
+//! positions, then the in-transaction [`REACTIONS`]); and the boxing of
+//! command futures ([`spawnable`]).
+//!
+//! This is the bottom of the engine's command layer: every command module
+//! (commands, work, batches, review, ingestion, startup) imports it, and it
+//! imports none of them, so a command commits through the same path as
+//! every other without reaching into another command's module. What must
+//! follow every command's events in the same transaction is listed here,
+//! in [`REACTIONS`], and lives below, in `reactions`.
+
+use crate::error::EngineError;
+use crate::fold::fold_events;
+use crate::reactions::Reaction;
+use crate::Engine;
+use opledger_domain::events::Event;
+use opledger_domain::projections::{all_projectors, WorkingSet};
+use opledger_domain::{EventEnvelope, NewEvent, Timestamp};
+use opledger_store::{BoxFuture, Store, StreamAppend, WriteTx};
+use std::future::Future;
+
+/// Who issues a command, and which flow it belongs to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandContext {
+    /// Recorded as the events' actor: a worker id, a user, `system`.
+    pub actor: String,
+    /// Groups the events of one flow; a new id per command when absent.
+    pub correlation_id: Option<String>,
+}
+
+impl CommandContext {
+    pub fn actor(actor: impl Into<String>) -> Self {
+        CommandContext {
+            actor: actor.into(),
+            correlation_id: None,
+        }
+    }
+
+    pub fn with_correlation(mut self, correlation_id: impl Into<String>) -> Self {
+        self.correlation_id = Some(correlation_id.into());
+        self
+    }
+}
+
+/// The metadata a command stamps on each event it appends.
+#[derive(Debug, Clone)]
+pub(crate) struct Stamp {
+    pub(crate) recorded_at: Timestamp,
+    actor: String,
+    correlation_id: String,
+    causation_id: String,
+}
+
+impl Stamp {
+    pub(crate) fn event(&self, event: Event) -> NewEvent {
+        NewEvent {
+            event,
+            recorded_at: self.recorded_at,
+            actor: self.actor.clone(),
+            correlation_id: self.correlation_id.clone(),
+            causation_id: Some(self.causation_id.clone()),
+        }
+    }
+}
+
+/// Boxes a command's future where the command makes it.
+///
+/// The commands a worker runtime or a pipeline spawns (requests, claims,
+/// reports, progress, cancels) return a [`BoxFuture`], boxed inside the
+/// method, where the future's lifetimes are the caller's. An `async fn`
+/// whose future holds a store write (a closure over a higher-ranked
+/// transaction lifetime) and borrowed arguments cannot be proven `Send` for
+/// every lifetime at the caller's `tokio::spawn`, and so could not be
+/// spawned onto a runtime; boxed here, `Send` is proven once, for the
+/// method's own lifetimes. Each such method's body is one `spawnable(…)`
+/// of its work (an `async move` block, or a private `async fn` shared by
+/// several of them).
+pub(crate) fn spawnable<'a, T>(future: impl Future<Output = T> + Send + 'a) -> BoxFuture<'a, T> {
+    Box::pin(future)
+}
+
+/// The reactions every command's events get inside its transaction, in
+/// this order: each reads the envelopes the command appended and the rows
+/// they left, and returns appends of its own, which are appended and folded
+/// in the same transaction. A reaction's own events get no reactions (none
+/// of them settles an operation), so this never recurses.
+pub(crate) const REACTIONS: &[Reaction] = &[
+    // Completion reconciliation: batches holding an operation these events
+    // settled record its outcome in the same transaction.
+    Reaction::BatchSettlement,
+];
+
+/// Appends, folds every projection inline, and moves their positions, then
+/// runs the [`REACTIONS`], all inside the caller's transaction. `rows` may
+/// hold rows the command already loaded; they are reused rather than read
+/// again.
+pub(crate) async fn commit_appends<T: WriteTx>(
+    tx: &mut T,
+    rows: &mut WorkingSet,
+    appends: Vec<StreamAppend>,
+) -> Result<Vec<EventEnvelope>, EngineError> {
+    let mut envelopes = append_and_fold(tx, rows, appends).await?;
+    let appended = envelopes.len();
+    for reaction in REACTIONS {
+        let reacted = reaction.appends(tx, rows, &envelopes[..appended]).await?;
+        if !reacted.is_empty() {
+            envelopes.extend(append_and_fold(tx, rows, reacted).await?);
+        }
+    }
+    Ok(envelopes)
+}
+
+/// Appends, folds inline and advances positions; nothing else. The trusted
+/// low-level path ([`Engine::append`]) uses it as is: it records exactly the
+/// events it is given.
+pub(crate) async fn append_and_fold<T: WriteTx>(
+    tx: &mut T,
+    rows: &mut WorkingSet,
+    appends: Vec<StreamAppend>,
+) -> Result<Vec<EventEnvelope>, EngineError> {
+    let envelopes = tx.append(appends).await?;
+    let (Some(first), Some(last)) = (envelopes.first(), envelopes.last()) else {
+        return Ok(envelopes);
+    };
+    let (from, to) = (first.seq - 1, last.seq);
+    fold_events(tx, rows, all_projectors(), &envelopes).await?;
+    tx.advance_positions(from, to).await?;
+    Ok(envelopes)
+}
+
+/// What a command's body decided: the appends that carry it out, and its
+/// answer (ready, or read once the appends are folded).
+pub(crate) struct Decided<R> {
+    appends: Vec<StreamAppend>,
+    answer: Answer<R>,
+}
+
+/// Reads a command's answer from the rows its appends left and the
+/// envelopes they got.
+type ReadAnswer<R> = Box<dyn FnOnce(&WorkingSet, Vec<EventEnvelope>) -> Result<R, EngineError> + Send>;
+
+enum Answer<R> {
+    Ready(R),
+    Folded(ReadAnswer<R>),
+}
+
+impl<R> Decided<R> {
+    /// Answers `answer` once `appends` (possibly none) are committed.
+    pub(crate) fn answer(answer: R, appends: Vec<StreamAppend>) -> Self {
+        Decided {
+            appends,
+            answer: Answer::Ready(answer),
+        }
+    }
+
+    /// Answers what `read` finds once `appends` are folded: the rows as
+    /// they left the working set, and the envelopes appended (the
+    /// command's, then its reactions').
+    pub(crate) fn then(
+        appends: Vec<StreamAppend>,
+        read: impl FnOnce(&WorkingSet, Vec<EventEnvelope>) -> Result<R, EngineError> + Send + 'static,
+    ) -> Self {
+        Decided {
+            appends,
+            answer: Answer::Folded(Box::new(read)),
+        }
+    }
+}
+
+/// The work [`Store::write`] runs for a command: a fresh working set, the
+/// body, then the body's appends committed and its answer read. A
+/// `liveness` body appends nothing.
+fn in_transaction<T, R, F>(
+    liveness: bool,
+    body: F,
+) -> impl for<'t> FnOnce(&'t mut T) -> BoxFuture<'t, Result<R, EngineError>> + Send
+where
+    T: WriteTx,
+    R: Send + 'static,
+    F: for<'t> FnOnce(&'t mut T, &'t mut WorkingSet) -> BoxFuture<'t, Result<Decided<R>, EngineError>> + Send + 'static,
+{
+    move |tx: &mut T| {
+        Box::pin(async move {
+            let mut rows = WorkingSet::default();
+            let Decided { appends, answer } = body(tx, &mut rows).await?;
+            debug_assert!(!liveness || appends.is_empty(), "a liveness command appends nothing");
+            let envelopes = if appends.is_empty() {
+                Vec::new()
+            } else {
+                commit_appends(tx, &mut rows, appends).await?
+            };
+            match answer {
+                Answer::Ready(answer) => Ok(answer),
+                Answer::Folded(read) => read(&rows, envelopes),
+            }
+        })
+    }
+}
+
+impl<S: Store> Engine<S> {
+    pub(crate) fn stamp(&self, context: &CommandContext) -> Stamp {
+        let command_id = self.ids.next().to_string();
+        Stamp {
+            recorded_at: self.clock.now(),
+            actor: context.actor.clone(),
+            correlation_id: context.correlation_id.clone().unwrap_or_else(|| command_id.clone()),
+            causation_id: command_id,
+        }
+    }
+
+    /// Runs a command's body in one write transaction: the body loads the
+    /// rows it decides on into the working set it is given and asks the
+    /// domain; the appends it returns are then committed with
+    /// [`commit_appends`] (appended, folded, reacted to) before the
+    /// transaction commits, and its answer is read. A body that refuses
+    /// returns its error: nothing of it is written. A body whose later step
+    /// must read what an earlier append folded commits that one itself
+    /// (with [`commit_appends`], on the same working set) and returns the
+    /// rest.
+    pub(crate) async fn command<R, F>(&self, body: F) -> Result<R, EngineError>
+    where
+        R: Send + 'static,
+        F: for<'t> FnOnce(&'t mut S::Tx, &'t mut WorkingSet) -> BoxFuture<'t, Result<Decided<R>, EngineError>>
+            + Send
+            + 'static,
+    {
+        self.store.write(in_transaction(false, body)).await
+    }
+
+    /// [`Engine::command`] for a body that changes liveness only (lease
+    /// rows, never the log or a projection), through
+    /// [`Store::write_liveness`]: it must return no appends.
+    pub(crate) async fn liveness_command<R, F>(&self, body: F) -> Result<R, EngineError>
+    where
+        R: Send + 'static,
+        F: for<'t> FnOnce(&'t mut S::Tx, &'t mut WorkingSet) -> BoxFuture<'t, Result<Decided<R>, EngineError>>
+            + Send
+            + 'static,
+    {
+        self.store.write_liveness(in_transaction(true, body)).await
+    }
+}

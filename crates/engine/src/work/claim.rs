@@ -1,0 +1,292 @@
+//! Taking work and holding it: a claim takes up to a batch of available
+//! tasks, each with a fresh token and a lease; while it runs, the worker
+//! heartbeats (liveness: the lease row only), reports progress (a new phase
+//! is an event), and may ask, without writing, whether its claim still
+//! stands.
+
+use super::{load_claimed, stale_claim, state_append};
+use crate::error::EngineError;
+use crate::tx::{spawnable, CommandContext, Decided};
+use crate::Engine;
+use opledger_domain::projections::{state_locations, Row, REGIONS_TABLE};
+use opledger_domain::tasks::{task_kind, CLAIMABLE_STATUSES};
+use opledger_domain::work::{self, Fence};
+use opledger_domain::{LeaseMs, MediaId, OperationId, RegionId, Timestamp};
+use opledger_store::{BoxFuture, ClaimQuery, Lease, RowTarget, Store, WriteTx};
+use serde_json::Value;
+
+/// The most tasks one claim call may take.
+pub const MAX_CLAIM_BATCH: usize = 1_000;
+
+/// A batch claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimRequest {
+    /// Task kinds to take; empty takes any.
+    pub kinds: Vec<String>,
+    pub worker: String,
+    pub lease_ms: i64,
+    /// How many tasks to take at most (1 ..= [`MAX_CLAIM_BATCH`]).
+    pub limit: usize,
+}
+
+/// One claimed task, everything a worker needs to run it and report back.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskClaim {
+    pub claim_token: String,
+    pub operation_id: OperationId,
+    /// The media item: the target, or the item a target region is on.
+    pub media_id: Option<MediaId>,
+    pub region_id: Option<RegionId>,
+    pub task_kind: String,
+    pub revision: String,
+    pub inputs: Value,
+    pub lease_expires_at: Timestamp,
+    /// 1 for the first claim of this revision.
+    pub attempt: i64,
+}
+
+impl TaskClaim {
+    /// The fence this claim's reports carry.
+    pub fn fence(&self) -> Fence {
+        Fence {
+            claim_token: self.claim_token.clone(),
+            revision: Some(self.revision.clone()),
+        }
+    }
+}
+
+/// A heartbeat's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeartbeatOutcome {
+    pub lease_expires_at: Timestamp,
+    /// Stop, clean up temporary outputs, then acknowledge the cancel.
+    pub cancel_requested: bool,
+}
+
+/// Progress of a running task: real units done, the total when known.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Progress {
+    pub phase: String,
+    pub processed: i64,
+    pub total: Option<i64>,
+}
+
+impl<S: Store> Engine<S> {
+    /// Claims up to `limit` available tasks (claimable status, due now),
+    /// highest priority first, then longest waiting. Each claim gets a fresh
+    /// token bound to the requested revision and a lease; an empty answer
+    /// means nothing is available.
+    pub fn claim_tasks<'a>(
+        &'a self,
+        context: &'a CommandContext,
+        request: ClaimRequest,
+    ) -> BoxFuture<'a, Result<Vec<TaskClaim>, EngineError>> {
+        spawnable(async move {
+            let lease = LeaseMs::new(request.lease_ms)?;
+            if request.limit == 0 || request.limit > MAX_CLAIM_BATCH {
+                return Err(EngineError::invalid(format!(
+                    "a claim takes 1 to {MAX_CLAIM_BATCH} tasks, not {}",
+                    request.limit
+                )));
+            }
+            if request.worker.trim().is_empty() {
+                return Err(EngineError::invalid("a claim needs a worker name"));
+            }
+            for kind in &request.kinds {
+                task_kind(kind)?;
+            }
+            let stamp = self.stamp(context);
+            let now = stamp.recorded_at;
+            let lease_expires_at = lease.ends_at(now);
+            let ids = self.ids.clone();
+            self.command(move |tx, rows| {
+                Box::pin(async move {
+                    let query = ClaimQuery {
+                        kinds: request.kinds,
+                        statuses: CLAIMABLE_STATUSES,
+                        now,
+                        limit: request.limit,
+                    };
+                    let candidates = tx.claimable(&query).await?;
+                    let mut appends = Vec::with_capacity(candidates.len());
+                    let mut claims = Vec::with_capacity(candidates.len());
+                    for candidate in candidates {
+                        let Row::ProcessingState(state) = candidate else {
+                            continue;
+                        };
+                        // Defence in depth: a row the store offered but the
+                        // domain would refuse is passed over, never allowed to
+                        // fail the whole batch.
+                        if !work::is_claimable(&state, now) {
+                            continue;
+                        }
+                        let claim_token = ids.next().to_string();
+                        let event = work::decide_claim(
+                            &state,
+                            claim_token.clone(),
+                            request.worker.clone(),
+                            now,
+                            lease_expires_at,
+                        )?;
+                        let inputs: Value = serde_json::from_str(&state.inputs).map_err(|error| {
+                            opledger_store::StoreError::corrupt(format!(
+                                "inputs of task {} are not JSON: {error}",
+                                state.operation_id
+                            ))
+                        })?;
+                        tx.put_lease(&Lease {
+                            claim_token: claim_token.clone(),
+                            operation_id: state.operation_id,
+                            worker: request.worker.clone(),
+                            heartbeat_at: now,
+                            lease_expires_at,
+                            phase: None,
+                            processed: None,
+                            total: None,
+                            progressed_at: None,
+                            progress_unrecorded: false,
+                        })
+                        .await?;
+                        claims.push(TaskClaim {
+                            claim_token,
+                            operation_id: state.operation_id,
+                            media_id: state.media_id(),
+                            region_id: state.region_id(),
+                            task_kind: state.task_kind.clone(),
+                            revision: state.requested_revision.clone(),
+                            inputs,
+                            lease_expires_at,
+                            attempt: state.attempt_count + 1,
+                        });
+                        appends.push(state_append(&state, vec![stamp.event(event)]));
+                        // The fold needs the row it claimed, and knows it is
+                        // in no other table.
+                        let [(first_table, first), (_, second)] = state_locations(state.operation_id);
+                        let (own, other) = if first_table.name == state.table().name {
+                            (first, second)
+                        } else {
+                            (second, first)
+                        };
+                        rows.insert_loaded(own, Some(Row::ProcessingState(state)));
+                        rows.insert_loaded(other, None);
+                    }
+                    // A region task's worker needs the item the region is on.
+                    let region_keys: Vec<String> = claims
+                        .iter()
+                        .filter_map(|claim| claim.region_id.map(|region_id| region_id.to_string()))
+                        .collect();
+                    if !region_keys.is_empty() {
+                        let regions = tx.load_rows(&REGIONS_TABLE, &region_keys).await?;
+                        for row in regions {
+                            if let Row::Region(region) = row {
+                                for claim in claims
+                                    .iter_mut()
+                                    .filter(|claim| claim.region_id == Some(region.region_id))
+                                {
+                                    claim.media_id = Some(region.media_id);
+                                }
+                            }
+                        }
+                    }
+                    Ok(Decided::answer(claims, appends))
+                })
+            })
+            .await
+        })
+    }
+
+    /// Extends a claim's lease (by `lease_ms`, or by the length of the lease
+    /// the claim took) and tells the worker whether cancellation was
+    /// requested. Liveness only: nothing is appended to the log.
+    pub async fn heartbeat(&self, fence: &Fence, lease_ms: Option<i64>) -> Result<HeartbeatOutcome, EngineError> {
+        let lease_ms = lease_ms.map(LeaseMs::new).transpose()?;
+        let now = self.clock.now();
+        let fence = fence.clone();
+        // A heartbeat writes the lease row only: liveness, not history.
+        self.liveness_command(move |tx, rows| {
+            Box::pin(async move {
+                let (state, mut lease) = load_claimed(tx, rows, &fence).await?;
+                lease.lease_expires_at = work::decide_heartbeat(&state, &fence, now, lease_ms, lease.lease_expires_at)?;
+                lease.heartbeat_at = now;
+                tx.put_lease(&lease).await?;
+                let outcome = HeartbeatOutcome {
+                    lease_expires_at: lease.lease_expires_at,
+                    cancel_requested: state.cancel_requested,
+                };
+                Ok(Decided::answer(outcome, Vec::new()))
+            })
+        })
+        .await
+    }
+
+    /// Whether `fence` still holds its task, read from a read connection
+    /// without writing anything: the lease as it stands and whether a
+    /// cancel was requested. A stale or unknown claim is a Conflict, as a
+    /// heartbeat would answer. A worker about to publish an output whose
+    /// lease has plenty of time left checks with this instead of a
+    /// heartbeat (recovery only takes expired leases).
+    pub async fn claim_standing(&self, fence: &Fence) -> Result<HeartbeatOutcome, EngineError> {
+        let stale = || stale_claim(fence);
+        let lease = self.store.lease(&fence.claim_token).await?.ok_or_else(stale)?;
+        let state = self.read_state(lease.operation_id).await?.ok_or_else(stale)?;
+        work::check_fence(&state, fence)?;
+        Ok(HeartbeatOutcome {
+            lease_expires_at: lease.lease_expires_at,
+            cancel_requested: state.cancel_requested,
+        })
+    }
+
+    /// Records progress of a claimed task. A new phase is an event on the
+    /// timeline; counters within a phase are liveness (the lease row), and
+    /// the last counters become an event when the task finishes. Workers
+    /// throttle their reports (the runtime sends about every 250 ms).
+    pub fn report_progress<'a>(
+        &'a self,
+        context: &'a CommandContext,
+        fence: &'a Fence,
+        progress: Progress,
+    ) -> BoxFuture<'a, Result<(), EngineError>> {
+        spawnable(async move {
+            if progress.phase.trim().is_empty() {
+                return Err(EngineError::invalid("progress needs a phase"));
+            }
+            if progress.processed < 0 || progress.total.is_some_and(|total| total < 0) {
+                return Err(EngineError::invalid("progress counts cannot be negative"));
+            }
+            if let Some(total) = progress.total {
+                if progress.processed > total {
+                    return Err(EngineError::invalid(format!(
+                        "processed ({}) cannot exceed total ({total})",
+                        progress.processed
+                    )));
+                }
+            }
+            let stamp = self.stamp(context);
+            let fence = fence.clone();
+            self.command(move |tx, rows| {
+                Box::pin(async move {
+                    let (state, mut lease) = load_claimed(tx, rows, &fence).await?;
+                    let Progress {
+                        phase,
+                        processed,
+                        total,
+                    } = progress;
+                    let event =
+                        work::decide_progress(&state, &fence, lease.phase.as_deref(), &phase, processed, total)?;
+                    lease.phase = Some(phase);
+                    lease.processed = Some(processed);
+                    lease.total = total;
+                    lease.progressed_at = Some(stamp.recorded_at);
+                    lease.progress_unrecorded = event.is_none();
+                    tx.put_lease(&lease).await?;
+                    let appends = event
+                        .map(|event| state_append(&state, vec![stamp.event(event)]))
+                        .into_iter()
+                        .collect();
+                    Ok(Decided::answer((), appends))
+                })
+            })
+            .await
+        })
+    }
+}

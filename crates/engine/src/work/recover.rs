@@ -1,0 +1,121 @@
+//! Recovery: claims whose lease expired (their workers died or lost
+//! touch) are interrupted, then requeued, cancelled or failed per their
+//! kind's policy. Expired claims are read on a read connection and each is
+//! checked again inside the write, so a completion that lands in between
+//! wins.
+
+use super::{load_state, state_append};
+use crate::error::EngineError;
+use crate::tx::{CommandContext, Decided};
+use crate::Engine;
+use opledger_domain::events::Event;
+use opledger_domain::lease::lease_end;
+use opledger_domain::tasks::task_kind;
+use opledger_domain::work;
+use opledger_store::{ExpiredClaim, Store, WriteTx};
+use std::collections::BTreeSet;
+use std::future::Future;
+use std::pin::Pin;
+
+/// Claims recovery examines per transaction.
+const RECOVERY_BATCH: usize = 500;
+
+/// What a recovery pass did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// Claims found with an expired lease and interrupted.
+    pub interrupted: u64,
+    pub requeued: u64,
+    /// Interrupted tasks whose cancel request recovery finished.
+    pub cancelled: u64,
+    /// Quarantined (interrupted too often) or not re-run by policy.
+    pub failed: u64,
+    /// Candidates that a worker completed, failed or extended between
+    /// recovery's read and its write: left alone.
+    pub skipped: u64,
+}
+
+/// Called between recovery's read of expired claims and its write; tests
+/// use it to land a completion in the gap.
+pub type RecoveryHook = Box<dyn Fn(Vec<ExpiredClaim>) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
+
+impl<S: Store> Engine<S> {
+    /// One recovery pass: every claim whose lease expired is interrupted,
+    /// then requeued, cancelled or failed per its kind's policy. Run at
+    /// startup before any worker, then periodically.
+    pub async fn recover(&self, context: &CommandContext) -> Result<RecoveryReport, EngineError> {
+        self.recover_with(context, None).await
+    }
+
+    /// [`Engine::recover`] with a hook run between the read of expired
+    /// claims and the write that interrupts them. Each candidate is checked
+    /// again inside the write: a claim completed, failed or extended in the
+    /// gap is left alone, so recovery never undoes a completion.
+    pub async fn recover_with(
+        &self,
+        context: &CommandContext,
+        hook: Option<&RecoveryHook>,
+    ) -> Result<RecoveryReport, EngineError> {
+        let mut report = RecoveryReport::default();
+        let now = self.clock.now();
+        let mut seen: BTreeSet<String> = BTreeSet::new();
+        loop {
+            let candidates: Vec<ExpiredClaim> = self
+                .store
+                .expired_claims(now, RECOVERY_BATCH)
+                .await?
+                .into_iter()
+                .filter(|candidate| !seen.contains(&candidate.claim_token))
+                .collect();
+            if candidates.is_empty() {
+                return Ok(report);
+            }
+            seen.extend(candidates.iter().map(|candidate| candidate.claim_token.clone()));
+            if let Some(hook) = hook {
+                hook(candidates.clone()).await;
+            }
+            let stamp = self.stamp(context);
+            let batch = self
+                .command(move |tx, rows| {
+                    Box::pin(async move {
+                        let mut batch = RecoveryReport::default();
+                        let mut appends = Vec::new();
+                        for candidate in candidates {
+                            let state = load_state(tx, rows, candidate.operation_id).await?;
+                            let Some(state) = state
+                                .filter(|state| state.claim_token.as_deref() == Some(candidate.claim_token.as_str()))
+                            else {
+                                batch.skipped += 1;
+                                continue;
+                            };
+                            let lease = tx.lease(&candidate.claim_token).await?;
+                            let extended = lease.map(|lease| lease.lease_expires_at);
+                            let ends = lease_end(state.lease_expires_at, extended).unwrap_or(now);
+                            if ends >= now {
+                                batch.skipped += 1;
+                                continue;
+                            }
+                            let policy = task_kind(&state.task_kind)?.policy;
+                            let events = work::decide_interrupt(&state, &policy, ends)?;
+                            batch.interrupted += 1;
+                            match events.last() {
+                                Some(Event::OperationRequeued(_)) => batch.requeued += 1,
+                                Some(Event::OperationCancelled(_)) => batch.cancelled += 1,
+                                _ => batch.failed += 1,
+                            }
+                            tx.delete_lease(&candidate.claim_token).await?;
+                            let events = events.into_iter().map(|event| stamp.event(event)).collect();
+                            appends.push(state_append(&state, events));
+                        }
+                        Ok(Decided::answer(batch, appends))
+                    })
+                })
+                .await?;
+            report.interrupted += batch.interrupted;
+            report.requeued += batch.requeued;
+            report.cancelled += batch.cancelled;
+            report.failed += batch.failed;
+            report.skipped += batch.skipped;
+        }
+    }
+}

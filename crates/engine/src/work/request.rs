@@ -1,0 +1,336 @@
+//! Requests: ask for a task kind on a target at the revision its inputs
+//! determine. The first request creates the task's operation; a request of
+//! the revision already requested is a no-op; another revision replaces
+//! the requested one atomically.
+
+use super::{state_append, TaskTarget};
+use crate::error::EngineError;
+use crate::tx::{spawnable, CommandContext, Decided, Stamp};
+use crate::Engine;
+use opledger_domain::events::{Event, OperationCreated, OperationTarget};
+use opledger_domain::projections::{
+    media_key, region_key, state_key, state_table, Cell, MediaRow, ProcessingStateRow, RegionRow, Row, WorkingSet,
+    MEDIA_TABLE, REGIONS_TABLE,
+};
+use opledger_domain::revision::compute_revision;
+use opledger_domain::tasks::{task_kind, TargetType, TaskKindSpec};
+use opledger_domain::work;
+use opledger_domain::{MediaId, OperationId, OperationStatus, RegionId, StreamId};
+use opledger_store::{BoxFuture, ExpectedVersion, Store, StreamAppend, WriteTx};
+use serde_json::{Map, Value};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// A request for a task kind on a target at the revision its inputs determine.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskRequest {
+    pub target: TaskTarget,
+    pub kind: String,
+    /// The caller's inputs; what the target provides is filled in.
+    pub inputs: Value,
+    /// Higher runs first.
+    pub priority: i32,
+}
+
+/// What a request did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestOutcome {
+    pub operation_id: OperationId,
+    pub requested_revision: String,
+    /// False when that revision was already the requested one (waiting,
+    /// running or completed): nothing was appended.
+    pub created: bool,
+}
+
+/// A prepared request: the kind, its current version, the caller's request
+/// and the id a new task operation would get.
+pub(crate) type PreparedRequest = Result<(&'static TaskKindSpec, String, TaskRequest, OperationId), EngineError>;
+
+/// Decides a batch of task requests inside the caller's transaction: one
+/// read per table for the whole batch, then one answer per request and the
+/// appends that carry them out (not yet appended: the caller commits them,
+/// possibly with more of its own).
+pub(crate) async fn request_in_tx<T: WriteTx>(
+    tx: &mut T,
+    rows: &mut WorkingSet,
+    prepared: Vec<PreparedRequest>,
+    stamp: &Stamp,
+) -> Result<(Vec<Result<RequestOutcome, EngineError>>, Vec<StreamAppend>), EngineError> {
+    let valid = || prepared.iter().filter_map(|item| item.as_ref().ok());
+    // The targets, in two reads: regions first (a region
+    // names its item), then every item.
+    let region_ids: BTreeSet<RegionId> = valid()
+        .filter_map(|(_, _, request, _)| match request.target {
+            TaskTarget::Region(region_id) => Some(region_id),
+            TaskTarget::Media(_) => None,
+        })
+        .collect();
+    let mut regions: BTreeMap<RegionId, RegionRow> = BTreeMap::new();
+    if !region_ids.is_empty() {
+        let keys: Vec<String> = region_ids.iter().map(ToString::to_string).collect();
+        for row in tx.load_rows(&REGIONS_TABLE, &keys).await? {
+            if let Row::Region(region) = row {
+                regions.insert(region.region_id, region);
+            }
+        }
+    }
+    let media_ids: BTreeSet<MediaId> = valid()
+        .filter_map(|(_, _, request, _)| match request.target {
+            TaskTarget::Media(media_id) => Some(media_id),
+            TaskTarget::Region(region_id) => regions.get(&region_id).map(|region| region.media_id),
+        })
+        .collect();
+    let mut media: BTreeMap<MediaId, MediaRow> = BTreeMap::new();
+    if !media_ids.is_empty() {
+        let keys: Vec<String> = media_ids.iter().map(ToString::to_string).collect();
+        for row in tx.load_rows(&MEDIA_TABLE, &keys).await? {
+            if let Row::Media(item) = row {
+                media.insert(item.media_id, item);
+            }
+        }
+    }
+    // The tasks these targets already have.
+    let mut existing: BTreeMap<(uuid::Uuid, String), ProcessingStateRow> = BTreeMap::new();
+    let media_targets: Vec<Cell> = media_ids.iter().map(|id| Cell::Uuid(id.0)).collect();
+    let region_targets: Vec<Cell> = region_ids.iter().map(|id| Cell::Uuid(id.0)).collect();
+    for (target_type, column, targets) in [
+        (TargetType::Media, "media_id", media_targets),
+        (TargetType::Region, "region_id", region_targets),
+    ] {
+        if targets.is_empty() {
+            continue;
+        }
+        for row in tx.find_rows_in(state_table(target_type), column, &targets).await? {
+            if let Row::ProcessingState(state) = row {
+                existing.insert((state.target_id, state.task_kind.clone()), state);
+            }
+        }
+    }
+    for item in media.values() {
+        rows.insert_loaded(media_key(item.media_id), Some(Row::Media(item.clone())));
+    }
+    for region in regions.values() {
+        rows.insert_loaded(region_key(region.region_id), Some(Row::Region(region.clone())));
+    }
+    for state in existing.values() {
+        rows.insert_loaded(
+            state_key(state.target_type, state.operation_id),
+            Some(Row::ProcessingState(state.clone())),
+        );
+    }
+
+    let mut answers = Vec::with_capacity(prepared.len());
+    let mut appends = Vec::new();
+    // (target, kind) → (operation, revision) decided in this batch.
+    let mut decided: BTreeMap<(uuid::Uuid, String), (OperationId, String)> = BTreeMap::new();
+    for item in prepared {
+        let answer = (|| {
+            let (kind, version, request, new_operation_id) = item?;
+            let (media_id, region_id, target_values) = target_values_of(request.target, &media, &regions)?;
+            let inputs = Value::Object(kind.complete_inputs(&request.inputs, &target_values)?);
+            let revision = compute_revision(kind.name, &version, &inputs)
+                .map_err(|error| EngineError::invalid(format!("{} inputs: {error}", kind.name)))?;
+            let slot = (request.target.id(), kind.name.to_string());
+            if let Some((operation_id, earlier)) = decided.get(&slot) {
+                if *earlier == revision {
+                    return Ok((
+                        RequestOutcome {
+                            operation_id: *operation_id,
+                            requested_revision: revision,
+                            created: false,
+                        },
+                        None,
+                    ));
+                }
+                return Err(EngineError::invalid(format!(
+                    "this batch requests {} on {} twice with different inputs",
+                    kind.name,
+                    request.target.id()
+                )));
+            }
+            let (outcome, append) = match existing.get(&slot) {
+                Some(state) => match work::decide_request(state, &revision, inputs, &version) {
+                    None => (
+                        RequestOutcome {
+                            operation_id: state.operation_id,
+                            requested_revision: revision.clone(),
+                            created: false,
+                        },
+                        None,
+                    ),
+                    Some(event) => (
+                        RequestOutcome {
+                            operation_id: state.operation_id,
+                            requested_revision: revision.clone(),
+                            created: true,
+                        },
+                        Some(state_append(state, vec![stamp.event(event)])),
+                    ),
+                },
+                None => {
+                    let event = Event::OperationCreated(OperationCreated {
+                        operation_id: new_operation_id,
+                        kind: kind.name.to_string(),
+                        target: OperationTarget {
+                            media_id: Some(media_id),
+                            region_id,
+                            path: None,
+                        },
+                        revision: Some(revision.clone()),
+                        inputs,
+                        status: OperationStatus::Queued,
+                        priority: request.priority,
+                        task_version: Some(version.clone()),
+                    });
+                    (
+                        RequestOutcome {
+                            operation_id: new_operation_id,
+                            requested_revision: revision.clone(),
+                            created: true,
+                        },
+                        Some(StreamAppend {
+                            stream_id: StreamId::operation(new_operation_id),
+                            expected: ExpectedVersion::NoStream,
+                            events: vec![stamp.event(event)],
+                        }),
+                    )
+                }
+            };
+            decided.insert(slot, (outcome.operation_id, revision));
+            Ok((outcome, append))
+        })();
+        match answer {
+            Ok((outcome, append)) => {
+                appends.extend(append);
+                answers.push(Ok(outcome));
+            }
+            Err(error) => answers.push(Err(error)),
+        }
+    }
+    Ok((answers, appends))
+}
+
+/// A request's item, its region (for region kinds), and the inputs they
+/// provide.
+type TargetValues = (MediaId, Option<RegionId>, Map<String, Value>);
+
+/// What a request's target contributes to its inputs: the media item's
+/// digest; for a region also its box and revision. NotFound for a target
+/// the batch's reads did not find.
+fn target_values_of(
+    target: TaskTarget,
+    media: &BTreeMap<MediaId, MediaRow>,
+    regions: &BTreeMap<RegionId, RegionRow>,
+) -> Result<TargetValues, EngineError> {
+    let mut values = Map::new();
+    let (media_id, region_id) = match target {
+        TaskTarget::Media(media_id) => (media_id, None),
+        TaskTarget::Region(region_id) => {
+            let region = regions
+                .get(&region_id)
+                .ok_or_else(|| EngineError::not_found("region", region_id))?;
+            values.insert(
+                "bbox".to_string(),
+                serde_json::json!({"x": region.x, "y": region.y, "width": region.width, "height": region.height}),
+            );
+            values.insert("region_revision".to_string(), Value::from(region.region_revision));
+            (region.media_id, Some(region_id))
+        }
+    };
+    let item = media
+        .get(&media_id)
+        .ok_or_else(|| EngineError::not_found("media", media_id))?;
+    if let Some(digest) = &item.content_digest {
+        values.insert("content_digest".to_string(), Value::String(digest.clone()));
+    }
+    Ok((media_id, region_id, values))
+}
+
+/// The inputs of one kind in a batch: the kind's defaults, overridden by
+/// what the caller gave.
+pub(crate) fn inputs_with_defaults(kind: &str, given: Option<&Value>) -> Result<Value, EngineError> {
+    let spec = task_kind(kind)?;
+    let mut inputs: Map<String, Value> = match serde_json::from_str(spec.defaults) {
+        Ok(Value::Object(defaults)) => defaults,
+        _ => Map::new(),
+    };
+    match given {
+        None => {}
+        Some(Value::Object(given)) => inputs.extend(given.clone()),
+        Some(other) => {
+            return Err(EngineError::invalid(format!(
+                "{kind} inputs must be a JSON object, not {other}"
+            )))
+        }
+    }
+    Ok(Value::Object(inputs))
+}
+
+impl<S: Store> Engine<S> {
+    /// Requests a task kind on a target at the revision its inputs
+    /// determine. The first request creates the task's operation; a request
+    /// for the revision already requested is a no-op; another revision
+    /// replaces the requested one atomically (a worker running the old one
+    /// finishes it, and the task is then claimable for the new one).
+    pub fn request_task<'a>(
+        &'a self,
+        context: &'a CommandContext,
+        request: TaskRequest,
+    ) -> BoxFuture<'a, Result<RequestOutcome, EngineError>> {
+        spawnable(async move {
+            self.request_tasks(context, vec![request])
+                .await?
+                .pop()
+                .expect("one request gets one answer")
+        })
+    }
+
+    /// Requests many tasks in one transaction (a scheduler enqueueing a
+    /// batch). Each request is checked and answered on its own: a refused
+    /// one is its own error and does not stop the others. Two requests for
+    /// the same kind on the same target in one batch must agree on the
+    /// revision.
+    pub fn request_tasks<'a>(
+        &'a self,
+        context: &'a CommandContext,
+        requests: Vec<TaskRequest>,
+    ) -> BoxFuture<'a, Result<Vec<Result<RequestOutcome, EngineError>>, EngineError>> {
+        spawnable(async move {
+            let prepared = self.prepare_requests(requests);
+            let stamp = self.stamp(context);
+            self.command(move |tx, rows| {
+                Box::pin(async move {
+                    let (answers, appends) = request_in_tx(tx, rows, prepared, &stamp).await?;
+                    Ok(Decided::answer(answers, appends))
+                })
+            })
+            .await
+        })
+    }
+
+    /// Checks each request's kind and target type and fixes the kind's
+    /// current version and the id a new task would get.
+    pub(crate) fn prepare_requests(&self, requests: Vec<TaskRequest>) -> Vec<PreparedRequest> {
+        requests
+            .into_iter()
+            .map(|request| {
+                let kind = task_kind(&request.kind)?;
+                if kind.target != request.target.target_type() {
+                    return Err(EngineError::invalid(format!(
+                        "task kind {} runs on {} targets, not on a {}",
+                        kind.name,
+                        kind.target,
+                        request.target.target_type()
+                    )));
+                }
+                if !request.inputs.is_object() {
+                    return Err(EngineError::invalid(format!(
+                        "{} inputs must be a JSON object, not {}",
+                        kind.name, request.inputs
+                    )));
+                }
+                let version = self.task_version(kind.name).to_string();
+                Ok((kind, version, request, OperationId(self.ids.next())))
+            })
+            .collect()
+    }
+}
