@@ -166,10 +166,9 @@ pub(crate) fn layout(bytes: &[u8]) -> Result<Layout, MediaError> {
             .ok_or_else(truncated)?;
         at += length;
         match code {
-            0xC0..=0xCF if !matches!(code, 0xC4 | 0xC8 | 0xCC) => {
-                if frame.is_none() {
-                    frame = Some(frame_header(code, body)?);
-                }
+            // The first frame header is the image's (a JPEG has one).
+            0xC0..=0xCF if !matches!(code, 0xC4 | 0xC8 | 0xCC) && frame.is_none() => {
+                frame = Some(frame_header(code, body)?);
             }
             0xC4 => huffman_tables(body, &mut tables)?,
             0xDD => {
