@@ -186,6 +186,14 @@ pub(crate) fn layout(bytes: &[u8]) -> Result<Layout, MediaError> {
                     .as_ref()
                     .ok_or_else(|| damaged("the JPEG has image data before its frame header"))?;
                 if frame.huffman_dct && !frame.progressive {
+                    // Each component is in exactly one sequential scan; a
+                    // file claiming more scans must not make this list grow
+                    // with its size.
+                    if sequential_scans.len() == frame.sampling.len() {
+                        return Err(damaged(
+                            "the JPEG has more scans than its sequential frame has components",
+                        ));
+                    }
                     let components = scan_components(body, frame, &tables)?;
                     sequential_scans.push(Scan {
                         components,
@@ -430,6 +438,22 @@ mod tests {
         let mut no_scan = bytes[..bytes.len() - 16].to_vec();
         no_scan.extend([0xFF, 0xD9]);
         assert!(layout(&no_scan).unwrap_err().to_string().contains("no image data"));
+    }
+
+    #[test]
+    fn a_sequential_jpeg_with_more_scans_than_components_is_not_an_image() {
+        let mut bytes = skeleton(16, 16, &[1]);
+        bytes.truncate(bytes.len() - 2);
+        let scan = [0xFF, 0xDA, 0x00, 12, 3, 1, 0x00, 2, 0x00, 3, 0x00, 0, 63, 0, 1];
+        for _ in 0..3 {
+            bytes.extend(scan);
+        }
+        bytes.extend([0xFF, 0xD9]);
+        let error = layout(&bytes).unwrap_err().to_string();
+        assert!(
+            error.contains("more scans than its sequential frame has components"),
+            "{error}"
+        );
     }
 
     #[test]
