@@ -22,6 +22,14 @@ pub enum MediaError {
     /// bytes fail the same way every time.
     #[error("not a decodable image: {0}")]
     NotAnImage(String),
+    /// The image is larger than this worker decodes: its header declares
+    /// more pixels than the [`crate::DecodeLimits`] allow, or a decode that
+    /// would hold more memory than they allow. Refused before any pixel is
+    /// decoded; the same bytes are refused the same way under the same
+    /// limits, so it is final (another worker with higher limits may take
+    /// it up when the work is retried).
+    #[error("too large to decode: {0}")]
+    TooLarge(String),
     /// The caller asked for something that cannot be done (an unknown
     /// output format, a zero size). Final.
     #[error("{0}")]

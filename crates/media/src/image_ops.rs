@@ -1,12 +1,6 @@
-//! Image metadata, decoding, thumbnails and encoding, on the `image` crate
-//! with only the codecs the pipeline needs (PNG, JPEG, GIF, WebP).
-//!
-//! Decoding works on bytes in memory: a task reads the file once, checks
-//! its digest on those bytes, and decodes the very bytes it checked, so a
-//! file replaced between the check and the decode cannot slip through. It
-//! also means every decoder error is about the bytes (corrupt, truncated,
-//! not an image) and therefore terminal; I/O trouble can only come from the
-//! read before, and stays retryable.
+//! Image metadata from headers, thumbnails and encoding, on the `image`
+//! crate with only the codecs the pipeline needs (PNG, JPEG, GIF, WebP).
+//! Decoding every pixel, under limits, is [`mod@crate::decode`]'s.
 
 use crate::error::MediaError;
 use image::codecs::jpeg::JpegEncoder;
@@ -35,25 +29,6 @@ pub struct ImageMetadata {
     pub byte_size: u64,
 }
 
-/// A decoded image and the format its bytes were in.
-#[derive(Debug, Clone)]
-pub struct DecodedImage {
-    pub format: ImageFormat,
-    pub image: DynamicImage,
-    pub byte_size: u64,
-}
-
-impl DecodedImage {
-    pub fn metadata(&self) -> ImageMetadata {
-        ImageMetadata {
-            format: format_name(self.format),
-            width: self.image.width(),
-            height: self.image.height(),
-            byte_size: self.byte_size,
-        }
-    }
-}
-
 /// The format written the way the ledger's outputs write it: lowercase,
 /// `jpeg` rather than `jpg`.
 pub fn format_name(format: ImageFormat) -> &'static str {
@@ -66,11 +41,11 @@ pub fn format_name(format: ImageFormat) -> &'static str {
     }
 }
 
-type BytesReader<'a> = ImageReader<Cursor<&'a [u8]>>;
+pub(crate) type BytesReader<'a> = ImageReader<Cursor<&'a [u8]>>;
 
 /// A reader over `bytes` whose format comes from the bytes themselves (a
 /// file's name may lie: a text file called `photo.jpg`).
-fn reader(bytes: &[u8]) -> Result<(BytesReader<'_>, ImageFormat), MediaError> {
+pub(crate) fn reader(bytes: &[u8]) -> Result<(BytesReader<'_>, ImageFormat), MediaError> {
     let reader = ImageReader::new(Cursor::new(bytes))
         .with_guessed_format()
         .map_err(|error| MediaError::NotAnImage(error.to_string()))?;
@@ -99,7 +74,7 @@ fn first_bytes(bytes: &[u8]) -> String {
 
 /// Dimensions as displayed: the stored ones, swapped when the EXIF
 /// orientation turns the picture by a quarter.
-fn oriented((width, height): (u32, u32), orientation: Orientation) -> (u32, u32) {
+pub(crate) fn oriented((width, height): (u32, u32), orientation: Orientation) -> (u32, u32) {
     match orientation {
         Orientation::Rotate90 | Orientation::Rotate270 | Orientation::Rotate90FlipH | Orientation::Rotate270FlipH => {
             (height, width)
@@ -110,7 +85,7 @@ fn oriented((width, height): (u32, u32), orientation: Orientation) -> (u32, u32)
 
 /// The orientation a decoder reports; a damaged EXIF block means "as
 /// stored", since it should not make a readable picture unreadable.
-fn orientation_of(decoder: &mut impl ImageDecoder) -> Orientation {
+pub(crate) fn orientation_of(decoder: &mut impl ImageDecoder) -> Orientation {
     decoder.orientation().unwrap_or(Orientation::NoTransforms)
 }
 
@@ -123,7 +98,9 @@ fn header_dimensions<R: BufRead + Seek>(reader: ImageReader<R>) -> ImageResult<(
 
 /// Format and dimensions from the header only (no pixel is decoded):
 /// cheap, but a file truncated after its header still answers. Use
-/// [`decode_image`] to know the whole image is readable.
+/// [`crate::decode_image`] to know the whole image is readable. No limit
+/// applies: nothing is allocated for pixels, so a decompression bomb's
+/// header reads like any other (the decode refuses it).
 pub fn image_metadata(bytes: &[u8]) -> Result<ImageMetadata, MediaError> {
     let (reader, format) = reader(bytes)?;
     let (width, height) = header_dimensions(reader).map_err(not_an_image)?;
@@ -164,25 +141,7 @@ pub fn read_metadata(path: &Path) -> Result<ImageMetadata, MediaError> {
     })
 }
 
-/// Decodes every pixel and turns the picture upright by its EXIF
-/// orientation. Any failure is [`MediaError::NotAnImage`]: the bytes are
-/// in memory, so an error can only be about them. The `image` crate's
-/// default limits apply (512 MiB of pixels), so a crafted header cannot
-/// make the decoder allocate without bound.
-pub fn decode_image(bytes: &[u8]) -> Result<DecodedImage, MediaError> {
-    let (reader, format) = reader(bytes)?;
-    let mut decoder = reader.into_decoder().map_err(not_an_image)?;
-    let orientation = orientation_of(&mut decoder);
-    let mut image = DynamicImage::from_decoder(decoder).map_err(not_an_image)?;
-    image.apply_orientation(orientation);
-    Ok(DecodedImage {
-        format,
-        image,
-        byte_size: bytes.len() as u64,
-    })
-}
-
-fn not_an_image(error: ImageError) -> MediaError {
+pub(crate) fn not_an_image(error: ImageError) -> MediaError {
     MediaError::NotAnImage(match error {
         ImageError::IoError(source) if source.kind() == io::ErrorKind::UnexpectedEof => {
             format!("the data ends early (truncated?): {source}")
@@ -449,15 +408,5 @@ mod tests {
         assert!(!ThumbnailFormat::parse("tiff").unwrap_err().is_retryable());
         assert_eq!(format_name(ImageFormat::Jpeg), "jpeg");
         assert_eq!(format_name(ImageFormat::WebP), "webp");
-    }
-
-    #[test]
-    fn empty_and_unknown_bytes_are_not_images() {
-        for bytes in [&b""[..], b"hello, this is text", b"\x89PNG\r\n\x1a\n"] {
-            let error = decode_image(bytes).unwrap_err();
-            assert!(matches!(error, MediaError::NotAnImage(_)), "{error}");
-            assert!(error.to_string().starts_with("not a decodable image: "), "{error}");
-            assert!(!error.is_retryable());
-        }
     }
 }

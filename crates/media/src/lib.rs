@@ -15,17 +15,27 @@
 //! revision. Everything else here is plain functions on files and bytes,
 //! usable without a ledger at all.
 //!
+//! Every pixel is decoded through one checked entry point
+//! ([`decode_image_with`], under [`DecodeLimits`]): a header that declares
+//! more than the limits allow is refused before decoding, and a decode is
+//! strict, so a truncated or damaged file is an error rather than a grey
+//! picture.
+//!
 //! Errors say whether trying again could help ([`MediaError::is_retryable`]):
-//! a file that cannot be read is I/O trouble (retryable), bytes that do not
-//! decode as an image are final (terminal), whatever the reader guesses.
+//! a file that cannot be read is I/O trouble (retryable); bytes that do not
+//! decode as an image, or an image larger than the limits, are final
+//! (terminal), whatever the reader guesses.
 
 // Public so their documentation (the settling rule, the dHash algorithm,
 // the tasks' steps and failure decisions) is part of the API docs; the
 // items are re-exported below for short paths.
+pub mod decode;
 pub mod dhash;
 pub mod error;
 pub mod hash;
 pub mod image_ops;
+mod jpeg;
+mod jpeg_scan;
 pub mod samples;
 pub mod settle;
 pub mod tasks;
@@ -33,12 +43,13 @@ pub mod tasks;
 /// The `image` crate this one is built on (its types appear in the API).
 pub use image;
 
+pub use decode::{decode_image, decode_image_with, DecodeLimits, DecodedImage};
 pub use dhash::{dhash, hamming_distance, DHash, DHASH_ALGORITHM};
 pub use error::MediaError;
 pub use hash::{hash_file, hash_reader, sha256_hex, ContentHash, DIGEST_PREFIX};
 pub use image_ops::{
-    decode_image, encode_image, format_name, image_metadata, read_metadata, shrink, thumbnail, thumbnail_size,
-    DecodedImage, ImageMetadata, ThumbnailFormat,
+    encode_image, format_name, image_metadata, read_metadata, shrink, thumbnail, thumbnail_size, ImageMetadata,
+    ThumbnailFormat,
 };
 pub use samples::{generate_samples, generate_samples_with, SampleOptions, SampleSet};
 pub use settle::{file_state, is_settled, FileState, SettleClock, SettleError, Settled, Settler, SystemSettleClock};

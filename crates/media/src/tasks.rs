@@ -21,8 +21,10 @@
 //!    the mismatch as its last error. A digest that is not SHA-256 (or is
 //!    missing) cannot be checked at all and is terminal.
 //! 4. Decode those same bytes (never the file again: what was checked is
-//!    what is decoded) and do the image work, abandoning it if the job is
-//!    told to stop.
+//!    what is decoded) through the one checked entry point,
+//!    [`crate::decode_image_with`], under the task's [`DecodeLimits`]
+//!    (`with_limits`; the defaults otherwise), and do the image work,
+//!    abandoning it if the job is told to stop.
 //!
 //! Steps 3 and 4 (and writing a thumbnail's temporary file) run as one
 //! closure, on the [`ComputeThreads`] the task was given
@@ -33,18 +35,21 @@
 //! held the CPU, and the bytes went cold between threads.
 //!
 //! Failures: an unreadable file is retryable (I/O); bytes that are not a
-//! decodable image (corrupt, truncated, a text file named `.jpg`) and
-//! inputs this code cannot honour are terminal, with the reason first
-//! (`not a decodable image: ...`) and the file's path after it.
+//! decodable image (corrupt, truncated, a text file named `.jpg`), an
+//! image larger than the limits (a decompression bomb), and inputs this
+//! code cannot honour are terminal, with the reason first (`not a
+//! decodable image: ...`, `too large to decode: ...`) and the file's path
+//! after it.
 //!
 //! The tasks report no progress phases: one image takes milliseconds, and
 //! every phase change is an event on the timeline, which would cost the
 //! ledger more than the work it describes.
 
+use crate::decode::{decode_image_with, DecodeLimits};
 use crate::dhash::{dhash, DHASH_ALGORITHM};
 use crate::error::MediaError;
 use crate::hash::{sha256_hex, DIGEST_PREFIX};
-use crate::image_ops::{decode_image, encode_image, image_metadata, thumbnail, ThumbnailFormat};
+use crate::image_ops::{encode_image, image_metadata, thumbnail, ThumbnailFormat};
 use futures::future::BoxFuture;
 use opledger_domain::MediaId;
 use opledger_worker::{ComputeThreads, Job, JobError, Outcome, Task, TaskError};
@@ -96,14 +101,15 @@ where
     Arc::new(FnResolver(resolve))
 }
 
-/// What every image task shares: how to find the file, the counter, and
-/// where its CPU work runs.
+/// What every image task shares: how to find the file, the counter, where
+/// its CPU work runs, and the limits its decodes run under.
 #[derive(Clone)]
 struct Source {
     resolver: Arc<dyn PathResolver>,
     executions: Option<ExecutionCounter>,
     /// The threads the work runs on; without them, tokio's blocking pool.
     compute: Option<ComputeThreads>,
+    limits: DecodeLimits,
 }
 
 impl Source {
@@ -112,6 +118,7 @@ impl Source {
             resolver,
             executions: None,
             compute: None,
+            limits: DecodeLimits::default(),
         }
     }
 
@@ -237,10 +244,13 @@ fn task_error(error: MediaError, path: &Path) -> TaskError {
 
 /// The `metadata` kind: `{"format", "width", "height", "byte_size"}`.
 ///
-/// By default it decodes every pixel, so a file truncated after its header
-/// fails here (terminal) like it does in the other image tasks, instead of
-/// reporting dimensions for pixels that are not there.
-/// [`MetadataTask::header_only`] trades that check for speed.
+/// By default it decodes every pixel, under the same limits as the other
+/// image tasks, so a file truncated after its header, and a bomb that they
+/// refuse, fail here too (terminal) instead of reporting dimensions for
+/// pixels that are not there or will never be decoded.
+/// [`MetadataTask::header_only`] trades that check for speed: it reads the
+/// header alone, which allocates nothing for pixels, so it applies no limit
+/// and reports what any header declares.
 #[derive(Clone)]
 pub struct MetadataTask {
     source: Source,
@@ -271,7 +281,14 @@ impl MetadataTask {
         self
     }
 
-    /// Reads only the header: faster, but a truncated file passes.
+    /// Decodes under `limits` instead of [`DecodeLimits::default`].
+    pub fn with_limits(mut self, limits: DecodeLimits) -> Self {
+        self.source.limits = limits;
+        self
+    }
+
+    /// Reads only the header: faster, but a truncated file and a bomb
+    /// pass (with the dimensions their headers declare).
     pub fn header_only(mut self) -> Self {
         self.full_decode = false;
         self
@@ -292,12 +309,12 @@ impl Task for MetadataTask {
                 Self::EXTRACTOR
             )));
         }
-        let full_decode = self.full_decode;
+        let (full_decode, limits) = (self.full_decode, self.source.limits);
         let (path, metadata) = self
             .source
             .run_checked(job, move |bytes| {
                 if full_decode {
-                    decode_image(bytes).map(|decoded| decoded.metadata())
+                    decode_image_with(bytes, &limits).map(|decoded| decoded.metadata())
                 } else {
                     image_metadata(bytes)
                 }
@@ -346,6 +363,12 @@ impl ThumbnailTask {
         self
     }
 
+    /// Decodes under `limits` instead of [`DecodeLimits::default`].
+    pub fn with_limits(mut self, limits: DecodeLimits) -> Self {
+        self.source.limits = limits;
+        self
+    }
+
     /// Where the thumbnail of `revision` goes.
     pub fn path_for(&self, revision: &str, format: ThumbnailFormat) -> PathBuf {
         self.thumbnails_dir.join(format!("{revision}.{}", format.extension()))
@@ -387,11 +410,11 @@ impl Task for ThumbnailTask {
         let final_path = self.path_for(job.revision(), format);
         let temporary = job.output_path_for(&final_path)?;
         let (directory, writing) = (self.thumbnails_dir.clone(), temporary.clone());
-        let stop = job.stop_signal();
+        let (stop, limits) = (job.stop_signal(), self.source.limits);
         let (path, made) = self
             .source
             .run_checked(job, move |bytes| {
-                let decoded = decode_image(bytes)?;
+                let decoded = decode_image_with(bytes, &limits)?;
                 let small = thumbnail(&decoded.image, max_side)?;
                 let encoded = encode_image(&small, format)?;
                 // A job told to stop meanwhile has stopped waiting for this
@@ -453,6 +476,12 @@ impl PerceptualHashTask {
         self.source.compute = Some(threads);
         self
     }
+
+    /// Decodes under `limits` instead of [`DecodeLimits::default`].
+    pub fn with_limits(mut self, limits: DecodeLimits) -> Self {
+        self.source.limits = limits;
+        self
+    }
 }
 
 impl Task for PerceptualHashTask {
@@ -468,9 +497,12 @@ impl Task for PerceptualHashTask {
                 "perceptual_hash computes {DHASH_ALGORITHM:?} (algorithm \"dhash\" or \"dhash64\"), not {algorithm:?}"
             )));
         }
+        let limits = self.source.limits;
         let (path, hash) = self
             .source
-            .run_checked(job, |bytes| decode_image(bytes).map(|decoded| dhash(&decoded.image)))
+            .run_checked(job, move |bytes| {
+                decode_image_with(bytes, &limits).map(|decoded| dhash(&decoded.image))
+            })
             .await?;
         let hash = hash.map_err(|error| task_error(error, &path))?;
         Ok(Outcome::output(json!({

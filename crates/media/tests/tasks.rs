@@ -2,8 +2,12 @@
 //! SQLite ledger, over generated files: outputs recorded per revision,
 //! thumbnails committed under the revision's name, corrupt files ending
 //! `failed_terminal` with a clear reason, a file changed after registration
-//! failing retryably until its new digest is requested, and replay agreeing
-//! with the live projections afterwards.
+//! failing retryably until its new digest is requested, hostile files
+//! (cut short, lying, damaged, decompression bombs) ending `failed_terminal`
+//! with their reason in the review queue, and replay agreeing with the live
+//! projections afterwards.
+
+mod support;
 
 use opledger_domain::{MediaId, OperationStatus};
 use opledger_engine::{CommandContext, Engine, TaskRequest, TaskTarget};
@@ -469,4 +473,115 @@ async fn a_cancelled_task_whose_work_was_still_queued_leaves_no_file_behind() {
     shutdown.send(()).unwrap();
     let report = running.await.unwrap().unwrap();
     assert_eq!((report.executed, report.cancelled, report.completed), (1, 1, 0));
+}
+
+/// Hostile files registered beside a good photo, as an ingest registers
+/// them (their headers read): every image task on each ends
+/// `failed_terminal` at its first attempt with the reason and the file in
+/// its error and a `failed_terminal` review entry, no thumbnail is written
+/// for any of them, and the photo beside them succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_images_end_failed_terminal_with_their_reason_and_the_good_photo_beside_them_succeeds() {
+    use support::*;
+    let folder = tempfile::tempdir().unwrap();
+    let photos = folder.path().join("photos");
+    let thumbnails = folder.path().join("thumbnails");
+    std::fs::create_dir_all(&photos).unwrap();
+    let photo = photo_jpeg(1200, 800);
+    let small = photo_jpeg(160, 120);
+    let hostile: Vec<(&str, Vec<u8>, &str)> = vec![
+        ("first-third.jpg", first_third(&photo), "not a decodable image: "),
+        (
+            "declares-10000.jpg",
+            declaring(&small, 10_000, 10_000),
+            "not a decodable image: ",
+        ),
+        (
+            "random-bytes.jpg",
+            with_random_bytes(&photo, 200, 7),
+            "not a decodable image: ",
+        ),
+        ("only-header.jpg", only_its_header(&photo), "not a decodable image: "),
+        (
+            "bomb-65000.jpg",
+            declaring(&small, 65_000, 65_000),
+            "too large to decode: ",
+        ),
+        (
+            "bomb-20000.png",
+            png_bomb(20_000, png::ColorType::Rgb, png::BitDepth::Eight),
+            "too large to decode: ",
+        ),
+        (
+            "bomb-16383-grey16.png",
+            png_bomb(16_383, png::ColorType::Grayscale, png::BitDepth::Sixteen),
+            "too large to decode: ",
+        ),
+        ("bomb-65535.gif", gif_screen(65_535, 65_535), "too large to decode: "),
+    ];
+    let engine = engine_at(folder.path()).await;
+    let paths: Paths = Arc::default();
+    let good_path = photos.join("good.jpg");
+    std::fs::write(&good_path, &photo).unwrap();
+    let good = register(&engine, &paths, &good_path).await;
+    for kind in KINDS {
+        request(&engine, good, kind, "jpeg").await;
+    }
+    let mut registered = Vec::new();
+    for (name, bytes, reason) in &hostile {
+        let path = photos.join(name);
+        std::fs::write(&path, bytes).unwrap();
+        // The ingest registers a file from its header; a bomb's reads.
+        if reason.starts_with("too large") {
+            read_metadata(&path).unwrap();
+        }
+        let media = register(&engine, &paths, &path).await;
+        for kind in KINDS {
+            request(&engine, media, kind, "png").await;
+        }
+        registered.push((media, path, *reason));
+    }
+
+    let counters = Counters::new();
+    let report = pool(&engine, &paths, &thumbnails, &counters)
+        .run_until_idle()
+        .await
+        .unwrap();
+    assert_eq!(report.completed, 3, "the good photo's tasks: {report:?}");
+    assert_eq!(report.failed_terminal, 3 * hostile.len() as u64, "{report:?}");
+    assert_eq!(
+        report.failed, report.failed_terminal,
+        "no retryable failure: {report:?}"
+    );
+
+    let entries = engine.review_entries().await.unwrap();
+    for (media, path, reason) in &registered {
+        for kind in KINDS {
+            let view = engine
+                .task_state(TaskTarget::Media(*media), kind)
+                .await
+                .unwrap()
+                .unwrap();
+            let file = path.display();
+            assert_eq!(view.state.status, OperationStatus::FailedTerminal, "{kind} on {file}");
+            assert_eq!(view.state.attempt_count, 1, "{kind} on {file}: not retried");
+            let error = view.state.last_error.clone().unwrap_or_default();
+            assert!(error.starts_with(reason), "{kind} on {file}: {error}");
+            assert!(error.contains(&*path.to_string_lossy()), "{kind}: {error}");
+            let entry = entries
+                .iter()
+                .find(|entry| entry.media_id == Some(*media) && entry.kind == kind)
+                .unwrap_or_else(|| panic!("a review entry for {kind} on {file}"));
+            assert_eq!(entry.reason_code, "failed_terminal");
+            assert_eq!(entry.detail.as_deref(), Some(error.as_str()));
+        }
+    }
+    assert_eq!(
+        files_in(&thumbnails).len(),
+        1,
+        "the good photo's thumbnail only: {:?}",
+        files_in(&thumbnails)
+    );
+    let verify = engine.verify().await.unwrap();
+    assert!(verify.is_identical(), "{}", verify.render());
 }
