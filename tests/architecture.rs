@@ -983,8 +983,8 @@ fn module_cycles(files: &[(PathBuf, String)]) -> Vec<String> {
     cycles
 }
 
-/// The source files of one crate's `src`, relative to it.
-fn crate_sources(crate_dir: &str) -> Vec<(PathBuf, String)> {
+/// The Rust source files of one crate's `src`, relative to it, with their text.
+fn crate_source_texts(crate_dir: &str) -> Vec<(PathBuf, String)> {
     let src = root().join(crate_dir).join("src");
     let mut files = Vec::new();
     files_under(&src, &mut files);
@@ -1005,7 +1005,7 @@ fn crate_sources(crate_dir: &str) -> Vec<(PathBuf, String)> {
 /// [`module_cycles`].
 #[test]
 fn engine_modules_form_no_cycle() {
-    let files = crate_sources("crates/engine");
+    let files = crate_source_texts("crates/engine");
     assert!(
         files.iter().any(|(path, _)| path == Path::new("lib.rs")) && files.len() > 5,
         "found too few engine sources: is the scan looking in the right place?"
