@@ -126,4 +126,11 @@ impl<S: Store> Engine<S> {
     pub fn clock(&self) -> &dyn Clock {
         self.clock.as_ref()
     }
+
+    /// The engine's id source, for callers that name what they will hand
+    /// to a command (an ingest run, the batch it creates): ids come from
+    /// here, so a test's `SequentialIds` covers them too.
+    pub fn ids(&self) -> &dyn Ids {
+        self.ids.as_ref()
+    }
 }

@@ -172,7 +172,7 @@ pub async fn ingest<S: Store>(
     if abandoned > 0 {
         tracing::info!(abandoned, "removed temporary thumbnails a killed run left behind");
     }
-    let run = uuid::Uuid::now_v7();
+    let run = engine.ids().next();
     let worker = format!("ingest-{}", run.simple());
     let context = CommandContext::actor(worker.clone()).with_correlation(format!("ingest-{run}"));
     let mut exclude: Vec<PathBuf> = options
@@ -300,7 +300,7 @@ pub async fn ingest<S: Store>(
     items.extend(unchanged_items);
     items.extend(missing_items);
     if !items.is_empty() {
-        let batch_id = BatchId(uuid::Uuid::now_v7());
+        let batch_id = BatchId(engine.ids().next());
         let name = options
             .batch_name
             .clone()
