@@ -185,8 +185,9 @@ pub async fn ingest<S: Store>(
 
     // 1. Walk, and compare with what the ledger knows.
     let files = walk(&root, &exclude)?;
-    let known = engine.ingestions_by_path().await?;
-    let media = engine.media_by_path().await?;
+    let paths: Vec<String> = files.iter().map(|(_, file)| file.path.clone()).collect();
+    let known = engine.ingestions_by_path(&paths).await?;
+    let media = engine.media_by_path(&paths).await?;
     let mut summary = IngestSummary {
         batch_id: None,
         files: files.len(),
@@ -235,13 +236,22 @@ pub async fn ingest<S: Store>(
     // Files the ledger ingested under this folder that are gone.
     let on_disk: BTreeSet<&str> = files.iter().map(|(_, file)| file.path.as_str()).collect();
     let root_text = root.display().to_string();
-    let gone: Vec<FileObservation> = known
-        .values()
+    // The ledger's paths are listed once (one short column per
+    // operation); only those under the folder and not on disk are looked up.
+    let candidates: Vec<String> = engine
+        .operation_paths()
+        .await?
+        .into_iter()
+        .filter(|path| Path::new(path).starts_with(&root_text) && !on_disk.contains(path.as_str()))
+        .collect();
+    let gone: Vec<FileObservation> = engine
+        .ingestions_by_path(&candidates)
+        .await?
+        .into_values()
         .filter(|operation| operation.status != OperationStatus::MissingConfirmed)
-        .filter_map(|operation| operation.path.as_deref())
-        .filter(|path| Path::new(path).starts_with(&root_text) && !on_disk.contains(path))
+        .filter_map(|operation| operation.path)
         .map(|path| FileObservation {
-            path: path.to_string(),
+            path,
             byte_size: 0,
             modified_ns: 0,
         })
@@ -409,15 +419,30 @@ pub async fn ingest<S: Store>(
     tracing::debug!(?pool_report, "worker pool finished");
 
     // 5. What needs a person, among this folder's files.
-    let paths: BTreeSet<String> = files.iter().map(|(_, file)| file.path.clone()).collect();
+    // Entries that name no path name their media item: the item's path
+    // is the entry's when the item is the one found at that path.
+    let entries = engine.review_entries().await?;
+    let unnamed: BTreeSet<MediaId> = entries
+        .iter()
+        .filter(|entry| entry.path.is_none())
+        .filter_map(|entry| entry.media_id)
+        .collect();
+    let unnamed: Vec<MediaId> = unnamed.into_iter().collect();
+    let media_paths: BTreeSet<String> = engine
+        .media_by_id(&unnamed)
+        .await?
+        .into_values()
+        .map(|media| media.path)
+        .filter(|path| Path::new(path).starts_with(&root_text))
+        .collect();
+    let media_paths: Vec<String> = media_paths.into_iter().collect();
     let media_ids: BTreeMap<MediaId, String> = engine
-        .media_by_path()
+        .media_by_path(&media_paths)
         .await?
         .into_iter()
-        .filter(|(path, _)| paths.contains(path) || Path::new(path).starts_with(&root_text))
         .map(|(path, media)| (media.media_id, path))
         .collect();
-    for entry in engine.review_entries().await? {
+    for entry in entries {
         let path = entry
             .path
             .clone()
