@@ -5,6 +5,9 @@
 //! settling of a file still being written, and `replay --verify` after each;
 //! and what `opledger bench ingest` reports beside its figures.
 
+mod common;
+
+use common::{describe, opledger};
 use futures::TryStreamExt;
 use opledger_domain::projections::{CapabilityRow, Row, CAPABILITY_STATES_TABLE, MEDIA_TABLE};
 use opledger_domain::{CapabilityStatus, Event, EventEnvelope, OperationStatus};
@@ -16,28 +19,8 @@ use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
-
-const BIN: &str = env!("CARGO_BIN_EXE_opledger");
-
-fn opledger(dir: &Path) -> Command {
-    let mut command = Command::new(BIN);
-    command
-        .current_dir(dir)
-        .env_remove("OPLEDGER_DATABASE_URL")
-        .env_remove("OPLEDGER_LOG");
-    command
-}
-
-fn describe(output: &Output) -> String {
-    format!(
-        "exit {:?}\n--- stdout\n{}--- stderr\n{}",
-        output.status.code(),
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
-}
 
 /// `opledger --json ingest photos ...` in `dir`; the parsed summary.
 fn ingest(dir: &Path, extra: &[&str]) -> Value {
