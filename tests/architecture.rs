@@ -1,7 +1,8 @@
 //! Mechanical checks of the crate boundaries that the code relies on but the
 //! compiler does not enforce: the domain crate stays pure (no async runtime,
-//! no database, no I/O, no clock, no randomness), only the backend crates
-//! know a database driver, and the testkit stays a test-only dependency.
+//! no database, no I/O, no clock, no randomness), only the engine reads the
+//! wall clock and makes ids, only the backend crates know a database
+//! driver, and the testkit stays a test-only dependency.
 //!
 //! Manifests are read with `toml_edit`, so inline tables, dotted keys,
 //! `[dependencies.x]` tables and target-specific sections are all seen.
@@ -262,6 +263,105 @@ fn token_scan_finds_forbidden_names_and_ignores_longer_identifiers() {
     assert_eq!(token_occurrences("// std::fs::read", "std::fs"), vec![3]);
     assert!(token_occurrences("brand::new()", "rand::").is_empty());
     assert!(token_occurrences("my_tokio_like", "tokio").is_empty());
+}
+
+/// Text that only the engine's library may hold among the product's
+/// sources: the wall clock and id generators. The engine reads the clock
+/// and makes ids through its `Clock` and `Ids`, which tests replace; a
+/// crate above it that read the clock or made an id itself would record
+/// times and ids no test can fix. `Instant::now` stays allowed: it only
+/// measures durations, and nothing it reads is recorded.
+const ENGINE_ONLY: &[&str] = &[
+    "SystemTime::now",
+    "Utc::now",
+    "Local::now",
+    "now_v1",
+    "now_v6",
+    "now_v7",
+    "new_v4",
+    "new_v7",
+];
+
+/// Occurrences of [`ENGINE_ONLY`] text outside the engine that are right
+/// where they are: (file, text, why).
+const ENGINE_ONLY_ALLOWED: &[(&str, &str, &str)] = &[
+    (
+        "crates/media/src/settle.rs",
+        "SystemTime::now",
+        "settling compares a file's modification time, which the file system stamps from the wall \
+         clock, with the wall clock: it decides when a file is read, and records no time",
+    ),
+    (
+        "crates/store-postgres/src/scratch.rs",
+        "new_v4",
+        "a scratch schema's name, unique among concurrent replays and dropped with the schema: \
+         never an id in the log",
+    ),
+];
+
+/// The source folders of the product outside the engine: the binary's and
+/// every published workspace member's library, tests, examples and
+/// benches left out. Members with `publish = false` are tooling (the
+/// testkit), not product.
+fn product_sources_outside_the_engine() -> Vec<PathBuf> {
+    let mut folders = vec![root().join("src")];
+    for (name, dir) in workspace_members() {
+        let doc = manifest(&format!("{dir}/Cargo.toml"));
+        let published = doc
+            .get("package")
+            .and_then(|package| package.get("publish"))
+            .and_then(Item::as_bool)
+            != Some(false);
+        if name != "opledger-engine" && published {
+            folders.push(root().join(dir).join("src"));
+        }
+    }
+    folders
+}
+
+#[test]
+fn only_the_engine_reads_the_wall_clock_or_makes_ids() {
+    let folders = product_sources_outside_the_engine();
+    assert!(
+        folders.iter().any(|folder| folder.ends_with("crates/ingest/src")),
+        "the scan does not cover crates/ingest/src: is it looking in the right place? {folders:?}"
+    );
+    assert!(
+        !folders.iter().any(|folder| folder.ends_with("crates/engine/src")),
+        "the scan covers the engine, the one crate allowed to read the clock and make ids"
+    );
+    let mut violations = Vec::new();
+    for folder in &folders {
+        let mut files = Vec::new();
+        files_under(folder, &mut files);
+        for file in files
+            .iter()
+            .filter(|file| file.extension().is_some_and(|ext| ext == "rs"))
+        {
+            let text =
+                std::fs::read_to_string(file).unwrap_or_else(|error| panic!("reading {}: {error}", file.display()));
+            let relative = file.strip_prefix(root()).unwrap_or(file).display().to_string();
+            for needle in ENGINE_ONLY {
+                if ENGINE_ONLY_ALLOWED
+                    .iter()
+                    .any(|(allowed, text, _)| *allowed == relative && text == needle)
+                {
+                    continue;
+                }
+                for at in token_occurrences(&text, needle) {
+                    let line = text[..at].matches('\n').count() + 1;
+                    violations.push(format!("{relative}:{line}: {needle}"));
+                }
+            }
+        }
+    }
+    assert!(
+        violations.is_empty(),
+        "only the engine reads the wall clock and makes ids (through Clock and Ids; `Engine::ids` \
+         hands its id source to callers that name what they give a command); allow an occurrence \
+         in ENGINE_ONLY_ALLOWED only with the reason it records nothing:\n{}",
+        violations.join("\n")
+    );
 }
 
 /// The workspace members by package name, with their folders.

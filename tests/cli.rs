@@ -2,6 +2,9 @@
 //! files: where the database is, exit codes (0 ok, 1 differences, 2 bad
 //! usage, 4 not found), and the JSON that programs parse.
 
+mod common;
+
+use common::{assert_exit, describe, json, opledger, run, runtime, stdout, temp_db};
 use opledger_domain::decide::OperationCommand;
 use opledger_domain::events::OperationTarget;
 use opledger_domain::{MediaId, OperationId, OperationStatus};
@@ -9,8 +12,8 @@ use opledger_engine::{CommandContext, Engine, NewOperation};
 use opledger_store_sqlite::{SqliteConfig, SqliteStore};
 use serde_json::Value;
 use sqlx::{Connection, SqliteConnection};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
+use std::process::Output;
 use uuid::Uuid;
 
 /// The 16 operation statuses of SPEC §2, written out independently of the code.
@@ -33,47 +36,6 @@ const OPERATION_STATUSES: [&str; 16] = [
     "skipped",
 ];
 
-/// The binary, run in `dir`, with no database chosen by the environment.
-fn opledger(dir: &Path) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_opledger"));
-    command
-        .current_dir(dir)
-        .env_remove("OPLEDGER_DATABASE_URL")
-        .env_remove("OPLEDGER_LOG");
-    command
-}
-
-fn run(command: &mut Command) -> Output {
-    command.output().expect("the opledger binary runs")
-}
-
-fn describe(output: &Output) -> String {
-    format!(
-        "exit {:?}\n--- stdout\n{}--- stderr\n{}",
-        output.status.code(),
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
-}
-
-fn assert_exit(output: &Output, code: i32) {
-    assert_eq!(
-        output.status.code(),
-        Some(code),
-        "expected exit {code}, got {}",
-        describe(output)
-    );
-}
-
-fn stdout(output: &Output) -> String {
-    String::from_utf8(output.stdout.clone()).expect("stdout is UTF-8")
-}
-
-fn json(output: &Output) -> Value {
-    serde_json::from_slice(&output.stdout)
-        .unwrap_or_else(|error| panic!("stdout is not JSON ({error}): {}", describe(output)))
-}
-
 /// `opledger [args] --database-url db`, expecting exit 0.
 fn ok_at(db: &Path, args: &[&str]) -> Output {
     let dir = db.parent().expect("the database is in a folder");
@@ -93,19 +55,6 @@ fn add_media(db: &Path, path: &str) -> MediaId {
         .expect("media_id is a string")
         .to_string();
     id.parse().expect("media_id is a uuid")
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("a tokio runtime")
-}
-
-fn temp_db() -> (tempfile::TempDir, PathBuf) {
-    let dir = tempfile::tempdir().expect("a temporary folder");
-    let db = dir.path().join("ledger.db");
-    (dir, db)
 }
 
 #[test]

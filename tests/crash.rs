@@ -16,6 +16,9 @@
 //! child, so the group-commit path (several commands per transaction, each in
 //! its own savepoint) is what gets killed most of the time.
 
+mod common;
+
+use common::{binary, run, runtime, temp_db};
 use futures::TryStreamExt;
 use opledger_domain::decide::OperationCommand;
 use opledger_domain::events::{Event, MediaRegistered, MediaUpdated, OperationTarget};
@@ -472,12 +475,7 @@ async fn check_after_crash(db: &Path, acks: &Acks, context: &str) -> i64 {
 }
 
 fn replay_verify(db: &Path, context: &str) {
-    let output = Command::new(env!("CARGO_BIN_EXE_opledger"))
-        .args(["replay", "--verify", "--database-url"])
-        .arg(db)
-        .env_remove("OPLEDGER_DATABASE_URL")
-        .output()
-        .expect("run opledger replay --verify");
+    let output = run(binary().args(["replay", "--verify", "--database-url"]).arg(db));
     assert_eq!(
         output.status.code(),
         Some(0),
@@ -500,12 +498,8 @@ fn acknowledged_events_survive_sigkill_and_the_log_stays_gap_free() {
         })
         | 1;
     let mut random = XorShift(seed);
-    let dir = tempfile::tempdir().expect("a temporary folder");
-    let db = dir.path().join("crash.db");
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("a tokio runtime");
+    let (_dir, db) = temp_db();
+    let runtime = runtime();
     let started = Instant::now();
     let mut acks = Acks::new();
     let mut rounds_with_acks = 0;

@@ -5,8 +5,11 @@
 //! settling of a file still being written, and `replay --verify` after each;
 //! and what `opledger bench ingest` reports beside its figures.
 
+mod common;
+
+use common::{describe, opledger};
 use futures::TryStreamExt;
-use opledger_domain::projections::{CapabilityRow, Row, CAPABILITY_STATES_TABLE};
+use opledger_domain::projections::{CapabilityRow, Row, CAPABILITY_STATES_TABLE, MEDIA_TABLE};
 use opledger_domain::{CapabilityStatus, Event, EventEnvelope, OperationStatus};
 use opledger_engine::Engine;
 use opledger_media::{generate_samples_with, hash_file, SampleOptions};
@@ -16,28 +19,8 @@ use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
-
-const BIN: &str = env!("CARGO_BIN_EXE_opledger");
-
-fn opledger(dir: &Path) -> Command {
-    let mut command = Command::new(BIN);
-    command
-        .current_dir(dir)
-        .env_remove("OPLEDGER_DATABASE_URL")
-        .env_remove("OPLEDGER_LOG");
-    command
-}
-
-fn describe(output: &Output) -> String {
-    format!(
-        "exit {:?}\n--- stdout\n{}--- stderr\n{}",
-        output.status.code(),
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
-}
 
 /// `opledger --json ingest photos ...` in `dir`; the parsed summary.
 fn ingest(dir: &Path, extra: &[&str]) -> Value {
@@ -74,8 +57,17 @@ async fn events(engine: &Engine<SqliteStore>) -> Vec<EventEnvelope> {
 
 /// Capability states by media path and capability.
 async fn capabilities(engine: &Engine<SqliteStore>) -> BTreeMap<(String, String), CapabilityStatus> {
-    let media = engine.media_by_path().await.unwrap();
-    let paths: BTreeMap<_, _> = media.iter().map(|(path, row)| (row.media_id, path.clone())).collect();
+    let paths: BTreeMap<_, _> = engine
+        .store()
+        .scan_table(&MEDIA_TABLE)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|row| match row {
+            Row::Media(media) => Some((media.media_id, media.path)),
+            _ => None,
+        })
+        .collect();
     engine
         .store()
         .scan_table(&CAPABILITY_STATES_TABLE)
@@ -226,7 +218,7 @@ async fn second_run_does_nothing_and_a_modified_file_reruns_only_its_tasks() {
         "one new ingestion; the tasks get new revisions"
     );
     let engine = engine(dir.path()).await;
-    let media = engine.media_by_path().await.unwrap();
+    let media = engine.media_by_path(&[target.display().to_string()]).await.unwrap();
     let row = &media[&target.display().to_string()];
     assert_eq!(
         row.content_digest.as_deref(),
@@ -246,7 +238,12 @@ async fn second_run_does_nothing_and_a_modified_file_reruns_only_its_tasks() {
     let after = ingest(dir.path(), &[]);
     assert_eq!(count(&after, "missing"), 1);
     assert_eq!(count(&after, "files"), 8);
-    let gone = engine.ingestions_by_path().await.unwrap()[&images[0].display().to_string()].clone();
+    let gone_path = images[0].display().to_string();
+    let gone = engine
+        .ingestions_by_path(std::slice::from_ref(&gone_path))
+        .await
+        .unwrap()[&gone_path]
+        .clone();
     assert_eq!(gone.status, OperationStatus::MissingConfirmed);
     drop(engine);
     verify(dir.path());
@@ -298,7 +295,8 @@ async fn killed_mid_run_the_next_run_finishes_without_rerunning_completed_tasks(
     assert_eq!(count(&summary, "failed"), 0);
     let engine = engine(dir.path()).await;
     // Every file's ingestion completed.
-    let ingestions = engine.ingestions_by_path().await.unwrap();
+    let paths: Vec<String> = images.iter().map(|image| image.display().to_string()).collect();
+    let ingestions = engine.ingestions_by_path(&paths).await.unwrap();
     for image in &images {
         let operation = &ingestions[&image.display().to_string()];
         assert_eq!(operation.status, OperationStatus::Succeeded, "{}", image.display());
@@ -388,7 +386,7 @@ async fn a_file_still_being_written_is_not_hashed_until_it_settles() {
     assert_eq!(count(&summary, "files"), 4);
     let engine = engine(dir.path()).await;
     let canonical = std::fs::canonicalize(&growing).unwrap();
-    let media = engine.media_by_path().await.unwrap();
+    let media = engine.media_by_path(&[canonical.display().to_string()]).await.unwrap();
     let row = &media[&canonical.display().to_string()];
     // The digest is of the whole file, as it was once it stopped growing.
     assert_eq!(row.byte_size, Some(15 * 4096));

@@ -5,21 +5,15 @@
 //! Without a server the test says so loudly and skips; under `CI=true` it
 //! fails instead.
 
+mod common;
+
+use common::binary;
 use opledger_testkit::Backend;
 use serde_json::Value;
-use std::process::{Command, Output};
-
-const BIN: &str = env!("CARGO_BIN_EXE_opledger");
+use std::process::Output;
 
 fn run(url: &str, args: &[&str]) -> Output {
-    Command::new(BIN)
-        .env_remove("OPLEDGER_DATABASE_URL")
-        .env_remove("OPLEDGER_LOG")
-        .arg("--database-url")
-        .arg(url)
-        .args(args)
-        .output()
-        .expect("run opledger")
+    common::run(binary().arg("--database-url").arg(url).args(args))
 }
 
 fn ok_json(url: &str, args: &[&str]) -> Value {

@@ -3,6 +3,9 @@
 //! the JSON keys programs parse, exit codes (2 invalid input, 3 stale claim
 //! or conflict, 4 not found), and refusals that append nothing.
 
+mod common;
+
+use common::{assert_exit, describe, json, opledger, run, temp_db, BIN};
 use opledger_domain::events::BoundingBox;
 use opledger_domain::{MediaId, Timestamp};
 use opledger_engine::{CommandContext, Engine};
@@ -12,41 +15,6 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-
-const BIN: &str = env!("CARGO_BIN_EXE_opledger");
-
-/// The binary with no database or log level chosen by the environment.
-fn opledger(dir: &Path) -> Command {
-    let mut command = Command::new(BIN);
-    command
-        .current_dir(dir)
-        .env_remove("OPLEDGER_DATABASE_URL")
-        .env_remove("OPLEDGER_LOG");
-    command
-}
-
-fn describe(output: &Output) -> String {
-    format!(
-        "exit {:?}\n--- stdout\n{}--- stderr\n{}",
-        output.status.code(),
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
-}
-
-fn assert_exit(output: &Output, code: i32) {
-    assert_eq!(
-        output.status.code(),
-        Some(code),
-        "expected exit {code}, got {}",
-        describe(output)
-    );
-}
-
-fn parse_json(output: &Output) -> Value {
-    serde_json::from_slice(&output.stdout)
-        .unwrap_or_else(|error| panic!("stdout is not JSON ({error}): {}", describe(output)))
-}
 
 /// The keys of a JSON object, sorted.
 fn keys(value: &Value) -> Vec<&str> {
@@ -102,8 +70,7 @@ struct Ledger {
 
 impl Ledger {
     fn new() -> Self {
-        let dir = tempfile::tempdir().expect("a temporary folder");
-        let db = dir.path().join("ledger.db");
+        let (dir, db) = temp_db();
         Ledger { _dir: dir, db }
     }
 
@@ -113,12 +80,7 @@ impl Ledger {
 
     /// `opledger ARGS --database-url DB`, whatever the exit.
     fn run(&self, args: &[&str]) -> Output {
-        opledger(self.dir())
-            .args(args)
-            .arg("--database-url")
-            .arg(&self.db)
-            .output()
-            .expect("the opledger binary runs")
+        run(opledger(self.dir()).args(args).arg("--database-url").arg(&self.db))
     }
 
     /// `opledger ARGS --json`, expecting exit 0 and JSON on stdout.
@@ -127,7 +89,7 @@ impl Ledger {
         args.push("--json");
         let output = self.run(&args);
         assert_exit(&output, 0);
-        parse_json(&output)
+        json(&output)
     }
 
     /// `opledger ARGS --json`, expecting `code`, nothing on stdout.

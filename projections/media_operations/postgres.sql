@@ -1,4 +1,4 @@
--- media_operations, version 2 (PostgreSQL). See media_registry/postgres.sql
+-- media_operations, version 4 (PostgreSQL). See media_registry/postgres.sql
 -- for the t: and r: placeholders. Every command on an operation rewrites its
 -- row; the fill factor leaves room on the page for the new version, so an
 -- update that changes no indexed column stays on the page (HOT).
@@ -45,6 +45,11 @@ CREATE TABLE {{t:media_operations}} (
 -- dashboards read the running counts below, and every status change would
 -- rewrite an index entry.
 CREATE INDEX {{t:media_operations}}_by_media ON {{r:media_operations}} (media_id) WHERE media_id IS NOT NULL;
+
+-- File ingestions by the file they ingest (version 4): an ingest looks up
+-- the files of its folder by path instead of reading every ingestion. Only
+-- rows that name a path are indexed; tasks name a media item instead.
+CREATE INDEX {{t:media_operations}}_by_path ON {{r:media_operations}} (path) WHERE path IS NOT NULL;
 
 -- Running counts of operations by status, kept by the same fold as the rows they count,
 -- so the dashboard reads a row instead of counting a table (version 2).

@@ -127,6 +127,16 @@ impl OperationStatus {
     pub fn is_claimed(self) -> bool {
         matches!(self, OperationStatus::Leased | OperationStatus::Running)
     }
+
+    /// Terminal statuses that are failures: the work will not produce its
+    /// result unless a person acts (a retry from the review queue, or the
+    /// missing file put back). A batch counts these items as failed.
+    pub fn is_failed_for_good(self) -> bool {
+        matches!(
+            self,
+            OperationStatus::FailedTerminal | OperationStatus::DeadLettered | OperationStatus::MissingConfirmed
+        )
+    }
 }
 
 impl IngestionStage {
@@ -162,6 +172,31 @@ mod tests {
         }
         for stage in IngestionStage::ALL {
             assert_eq!(stage.as_str().parse::<IngestionStage>().unwrap(), *stage);
+        }
+    }
+
+    #[test]
+    fn failed_for_good_is_exactly_the_terminal_failures_a_batch_counts_as_failed() {
+        let failed: Vec<OperationStatus> = OperationStatus::ALL
+            .iter()
+            .copied()
+            .filter(|status| status.is_failed_for_good())
+            .collect();
+        assert_eq!(
+            failed,
+            [
+                OperationStatus::MissingConfirmed,
+                OperationStatus::FailedTerminal,
+                OperationStatus::DeadLettered
+            ]
+        );
+        for status in OperationStatus::ALL {
+            assert!(!status.is_failed_for_good() || status.is_terminal(), "{status}");
+            assert_eq!(
+                status.is_failed_for_good(),
+                crate::batches::settled_outcome(*status) == Some(crate::batches::ItemOutcome::Failed),
+                "{status}"
+            );
         }
     }
 

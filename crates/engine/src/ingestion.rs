@@ -16,14 +16,14 @@ use crate::Engine;
 use opledger_domain::decide::{decide_operation, OperationCommand};
 use opledger_domain::events::{Event, MediaRegistered, MediaUpdated, OperationCreated, OperationTarget};
 use opledger_domain::projections::{
-    media_key, operation_key, Cell, MediaRow, OperationRow, ProcessingStateRow, Row, WorkingSet, INGESTION_FILE,
-    MEDIA_STATES_TABLE, MEDIA_TABLE, OPERATIONS_TABLE,
+    media_key, operation_key, Cell, MediaRow, OperationRow, ProcessingStateRow, Row, TableSpec, WorkingSet,
+    INGESTION_FILE, MEDIA_STATES_TABLE, MEDIA_TABLE, OPERATIONS_TABLE,
 };
 use opledger_domain::transitions;
 use opledger_domain::{Cause, IngestionStage, LeaseMs, MediaId, OperationId, OperationStatus, StreamId, Timestamp};
 use opledger_store::{ExpectedVersion, RowTarget, Store, StreamAppend, WriteTx};
 use serde_json::{json, Value};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// What an ingest saw of a file when it found it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -156,19 +156,16 @@ impl Chain {
 }
 
 impl<S: Store> Engine<S> {
-    /// Every `ingestion.file` operation, by path (the latest per path).
-    pub async fn ingestions_by_path(&self) -> Result<BTreeMap<String, OperationRow>, EngineError> {
+    /// The latest `ingestion.file` operation of each of `paths` that has
+    /// one (latest by creation time, then by id): an indexed lookup of
+    /// these paths, not a read of every ingestion.
+    pub async fn ingestions_by_path(&self, paths: &[String]) -> Result<BTreeMap<String, OperationRow>, EngineError> {
         let mut latest: BTreeMap<String, OperationRow> = BTreeMap::new();
-        for row in self
-            .store
-            .find_rows(
-                &OPERATIONS_TABLE,
-                &[("kind", Cell::Text(INGESTION_FILE.to_string()))],
-                usize::MAX,
-            )
-            .await?
-        {
+        for row in self.rows_with_text_in(&OPERATIONS_TABLE, "path", paths).await? {
             let Row::Operation(operation) = row else { continue };
+            if operation.kind != INGESTION_FILE {
+                continue;
+            }
             let Some(path) = operation.path.clone() else { continue };
             match latest.get(&path) {
                 Some(known)
@@ -181,17 +178,41 @@ impl<S: Store> Engine<S> {
         Ok(latest)
     }
 
-    /// Every media item, by path.
-    pub async fn media_by_path(&self) -> Result<BTreeMap<String, MediaRow>, EngineError> {
+    /// The media item at each of `paths` that has one: an indexed lookup
+    /// of these paths. Of several items at one path, the last by id (what
+    /// a read of the table in key order leaves).
+    pub async fn media_by_path(&self, paths: &[String]) -> Result<BTreeMap<String, MediaRow>, EngineError> {
+        let mut found = BTreeMap::new();
+        for media in self.media_at(paths).await? {
+            found.insert(media.path.clone(), media);
+        }
+        Ok(found)
+    }
+
+    /// Media items by id (absent ones are missing from the answer).
+    pub async fn media_by_id(&self, ids: &[MediaId]) -> Result<BTreeMap<MediaId, MediaRow>, EngineError> {
+        let mut found = BTreeMap::new();
+        for chunk in ids.chunks(500) {
+            let keys: Vec<String> = chunk.iter().map(|id| media_key(*id).key.to_string()).collect();
+            for row in self.store.load_rows(&MEDIA_TABLE, &keys).await? {
+                if let Row::Media(media) = row {
+                    found.insert(media.media_id, media);
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    /// Every path an operation names (a file ingestion names its file),
+    /// each once: what an ingest compares with a folder to find the files
+    /// that are gone. One short column per operation, grouped by the store.
+    pub async fn operation_paths(&self) -> Result<BTreeSet<String>, EngineError> {
         Ok(self
             .store
-            .scan_table(&MEDIA_TABLE)
+            .count_by(&OPERATIONS_TABLE, "path")
             .await?
             .into_iter()
-            .filter_map(|row| match row {
-                Row::Media(media) => Some((media.path.clone(), media)),
-                _ => None,
-            })
+            .filter_map(|(path, _)| path)
             .collect())
     }
 
@@ -569,20 +590,48 @@ impl<S: Store> Engine<S> {
         .await
     }
 
+    /// The media item at each of `paths` that has one; of several items at
+    /// one path, the first by id (the item a registration updates).
     async fn media_by_paths(&self, paths: Vec<String>) -> Result<BTreeMap<String, MediaRow>, EngineError> {
         let mut found = BTreeMap::new();
-        for path in paths {
-            for row in self
-                .store
-                .find_rows(&MEDIA_TABLE, &[("path", Cell::Text(path.clone()))], 1)
-                .await?
-            {
-                if let Row::Media(media) = row {
-                    found.insert(path.clone(), media);
-                }
-            }
+        for media in self.media_at(&paths).await? {
+            found.entry(media.path.clone()).or_insert(media);
         }
         Ok(found)
+    }
+
+    /// Every media item at one of `paths`, in id order.
+    async fn media_at(&self, paths: &[String]) -> Result<Vec<MediaRow>, EngineError> {
+        Ok(self
+            .rows_with_text_in(&MEDIA_TABLE, "path", paths)
+            .await?
+            .into_iter()
+            .filter_map(|row| match row {
+                Row::Media(media) => Some(media),
+                _ => None,
+            })
+            .collect())
+    }
+
+    /// Rows of `table` whose text `column` is one of `values`, in key order,
+    /// in one batched lookup. The store's lookup of many values of a
+    /// non-key column is a write transaction's (`WriteTx::find_rows_in`);
+    /// this one appends and writes nothing, so it commits nothing durable.
+    async fn rows_with_text_in(
+        &self,
+        table: &'static TableSpec,
+        column: &'static str,
+        values: &[String],
+    ) -> Result<Vec<Row>, EngineError> {
+        if values.is_empty() {
+            return Ok(Vec::new());
+        }
+        let cells: Vec<Cell> = values.iter().cloned().map(Cell::Text).collect();
+        self.store
+            .write(move |tx: &mut S::Tx| {
+                Box::pin(async move { Ok::<_, EngineError>(tx.find_rows_in(table, column, &cells).await?) })
+            })
+            .await
     }
 }
 

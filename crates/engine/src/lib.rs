@@ -136,4 +136,11 @@ impl<S: Store> Engine<S> {
     pub fn now(&self) -> opledger_domain::Timestamp {
         self.clock.now()
     }
+
+    /// The engine's id source, for callers that name what they will hand
+    /// to a command (an ingest run, the batch it creates): ids come from
+    /// here, so a test's `SequentialIds` covers them too.
+    pub fn ids(&self) -> &dyn Ids {
+        self.ids.as_ref()
+    }
 }

@@ -21,11 +21,21 @@
 //! (on its timeline) and taken over; the dead process's task claims are
 //! interrupted by recovery once their short leases expire.
 
+mod begin;
+mod discover;
+mod drive;
+mod finish;
 mod lock;
+mod options;
 mod pipeline;
+mod review;
+mod summary;
+mod workers;
 
 pub use lock::IngestLock;
-pub use pipeline::{ingest, IngestError, IngestOptions, IngestProgress, IngestSummary, NoProgress, ReviewEntry};
+pub use options::{IngestOptions, IngestProgress, NoProgress};
+pub use pipeline::ingest;
+pub use summary::{IngestError, IngestSummary, ReviewEntry};
 
 /// The task kinds an ingest requests on every file.
 pub const INGEST_TASK_KINDS: &[&str] = &["metadata", "thumbnail", "perceptual_hash"];

@@ -1,0 +1,341 @@
+//! The fourth step of a run: move every held file through its stages
+//! (settling, hashing, parsing, registered), request its image tasks, and
+//! finish each file once its tasks have settled.
+
+use crate::finish::{finish_settled, SETTLE_WINDOW};
+use crate::pipeline::CHUNK;
+use crate::workers::KnownPaths;
+use crate::{IngestError, IngestProgress, INGEST_TASK_KINDS};
+use futures::StreamExt;
+use opledger_domain::{IngestionStage, MediaId, OperationId};
+use opledger_engine::{CommandContext, Engine, IngestionClaim, Registration};
+use opledger_media::{hash_file, read_metadata, Settler};
+use opledger_store::Store;
+use opledger_worker::ComputeThreads;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Files registered before the first tasks are requested: few, so the image
+/// threads start on tasks while the next, larger chunks are read.
+const FIRST_CHUNK: usize = 32;
+
+/// How a run reads files: waiting for those still being written, then
+/// hashing and parsing on the image threads.
+pub(crate) struct FileReading {
+    pub settler: Settler,
+    pub compute: ComputeThreads,
+}
+
+/// A file of this run that is being processed.
+pub(crate) struct InFlight {
+    pub claim: IngestionClaim,
+    pub path: PathBuf,
+    pub media_id: Option<MediaId>,
+    pub tasks: Vec<OperationId>,
+}
+
+/// What the run's files have come to so far.
+pub(crate) struct Tally {
+    /// Files settled: unchanged, finished, or failed.
+    pub settled: usize,
+    /// Of those, files that cannot be read or whose tasks failed for good.
+    pub failed: usize,
+    /// Task operations created by registration.
+    pub tasks_created: usize,
+}
+
+/// Whether a file is known to be complete on disk when it is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Readiness {
+    /// Settled at a glance (or registered by an earlier run): read at once.
+    Settled,
+    /// Still being written: waited for until it stops changing.
+    BeingWritten,
+}
+
+/// Moves every claimed file through its stages, runs until every file's
+/// tasks have settled, and finishes each ingestion. `settled` counts the
+/// files settled before (the unchanged ones).
+pub(crate) async fn drive<S: Store>(
+    engine: &Engine<S>,
+    context: &CommandContext,
+    reading: &FileReading,
+    claims: Vec<IngestionClaim>,
+    settled: usize,
+    progress: &dyn IngestProgress,
+    known_paths: &KnownPaths,
+) -> Result<Tally, IngestError> {
+    let sorted = sort_claims(claims, &reading.settler).await;
+    let mut files = Files {
+        engine,
+        context,
+        reading,
+        known_paths,
+        in_flight: Vec::new(),
+        tally: Tally {
+            settled,
+            failed: 0,
+            tasks_created: 0,
+        },
+    };
+    // Files settled at a glance go first, a chunk at a time; files still
+    // being written are watched until they settle, after the others.
+    for chunk in growing_chunks(sorted.ready, FIRST_CHUNK, CHUNK) {
+        files.register(chunk, Readiness::Settled).await?;
+        files.finish_settled().await?;
+        progress.settled(files.tally.settled, files.tally.failed);
+    }
+    tracing::info!(
+        in_flight = files.in_flight.len(),
+        slow = sorted.slow.len(),
+        "files settled at a glance registered"
+    );
+    files.register(sorted.slow, Readiness::BeingWritten).await?;
+    // Resumed files registered by a run that died: find their tasks.
+    files.register(sorted.registered, Readiness::Settled).await?;
+    while !files.in_flight.is_empty() {
+        files.finish_settled().await?;
+        progress.settled(files.tally.settled, files.tally.failed);
+        if !files.in_flight.is_empty() {
+            // The last files are polled more often: the run ends when they
+            // settle, and nothing else is left to do meanwhile.
+            let poll = if files.in_flight.len() <= SETTLE_WINDOW {
+                20
+            } else {
+                100
+            };
+            tokio::time::sleep(Duration::from_millis(poll)).await;
+        }
+    }
+    Ok(files.tally)
+}
+
+/// The held files by what is left to do for each.
+struct Sorted {
+    /// Settled at a glance: read now.
+    ready: Vec<InFlight>,
+    /// Still being written (or not readable yet): watched.
+    slow: Vec<InFlight>,
+    /// Registered by a run that died: only their tasks are left.
+    registered: Vec<InFlight>,
+}
+
+async fn sort_claims(claims: Vec<IngestionClaim>, settler: &Settler) -> Sorted {
+    let mut sorted = Sorted {
+        ready: Vec::new(),
+        slow: Vec::new(),
+        registered: Vec::new(),
+    };
+    for claim in claims {
+        let path = PathBuf::from(&claim.path);
+        let file = InFlight {
+            claim,
+            path,
+            media_id: None,
+            tasks: Vec::new(),
+        };
+        if file.claim.stage.rank() >= IngestionStage::Registered.rank() {
+            sorted.registered.push(file);
+            continue;
+        }
+        match settler.check(&file.path).await {
+            Ok(Some(_)) => sorted.ready.push(file),
+            _ => sorted.slow.push(file),
+        }
+    }
+    sorted
+}
+
+/// The files of a run between registration and their end, and the tally.
+struct Files<'a, S: Store> {
+    engine: &'a Engine<S>,
+    context: &'a CommandContext,
+    reading: &'a FileReading,
+    known_paths: &'a KnownPaths,
+    /// Registered files whose tasks have not all settled, oldest first.
+    in_flight: Vec<InFlight>,
+    tally: Tally,
+}
+
+impl<S: Store> Files<'_, S> {
+    /// Hashing, parsing and registration of a group of files, counted:
+    /// stage `hashing` in one transaction, the reads on the compute
+    /// threads, then `parsing`, `registered`, the media items and their
+    /// task requests in another. Files that cannot be read end their
+    /// ingestion `failed_terminal` with the reason (settled, failed); the
+    /// others are in flight until their tasks settle.
+    async fn register(&mut self, files: Vec<InFlight>, readiness: Readiness) -> Result<(), IngestError> {
+        if files.is_empty() {
+            return Ok(());
+        }
+        let (engine, context) = (self.engine, self.context);
+        let claims: Vec<IngestionClaim> = files.iter().map(|file| file.claim.clone()).collect();
+        if readiness == Readiness::BeingWritten {
+            // The stage a file waits in while it is still being written.
+            engine
+                .ingestion_stage(context, &claims, IngestionStage::Settling)
+                .await?;
+        }
+        let read = read_files(files, self.reading, readiness).await;
+        engine
+            .ingestion_stage(context, &claims, IngestionStage::Hashing)
+            .await?;
+        let mut registrations = Vec::new();
+        let mut unreadable = Vec::new();
+        let mut by_operation: BTreeMap<OperationId, InFlight> = BTreeMap::new();
+        for ReadFile { file, result } in read {
+            match result {
+                Ok(found) => {
+                    registrations.push(Registration {
+                        claim: file.claim.clone(),
+                        content_digest: found.digest,
+                        byte_size: found.byte_size,
+                        media_kind: found.media_kind,
+                        parsed: found.parsed,
+                    });
+                    by_operation.insert(file.claim.operation_id, file);
+                }
+                Err(reason) => unreadable.push((file.claim.clone(), Err(reason))),
+            }
+        }
+        self.tally.settled += unreadable.len();
+        self.tally.failed += unreadable.len();
+        if !unreadable.is_empty() {
+            engine.finish_ingestions(context, unreadable).await?;
+        }
+        for chunk in chunks(registrations, CHUNK) {
+            for outcome in engine.register_ingestions(context, chunk, INGEST_TASK_KINDS).await? {
+                self.tally.tasks_created += outcome.tasks_created;
+                if let Some(mut file) = by_operation.remove(&outcome.operation_id) {
+                    file.media_id = Some(outcome.media_id);
+                    if let Ok(mut paths) = self.known_paths.write() {
+                        paths.insert(outcome.media_id, PathBuf::from(&file.claim.path));
+                    }
+                    file.tasks = outcome.task_operations;
+                    self.in_flight.push(file);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Finishes the files in flight whose tasks have all settled, counted.
+    async fn finish_settled(&mut self) -> Result<(), IngestError> {
+        let finished = finish_settled(self.engine, self.context, &mut self.in_flight).await?;
+        self.tally.settled += finished.done;
+        self.tally.failed += finished.failed;
+        Ok(())
+    }
+}
+
+/// A file and what reading it found, or why it could not be read.
+struct ReadFile {
+    file: InFlight,
+    result: Result<FileRead, String>,
+}
+
+/// What reading a file found.
+struct FileRead {
+    /// `sha256:<hex>`.
+    digest: String,
+    byte_size: i64,
+    /// `image`, or `unknown` when the header names no image format.
+    media_kind: String,
+    /// What the header says (format and dimensions, or the decoder's error).
+    parsed: Value,
+}
+
+/// Reads every file on the compute threads, all queued at once, so the
+/// threads go from one file to the next without waiting; a file still
+/// being written is first waited for.
+async fn read_files(files: Vec<InFlight>, reading: &FileReading, readiness: Readiness) -> Vec<ReadFile> {
+    let queued = files.len();
+    futures::stream::iter(files)
+        .map(|file| {
+            let settler = reading.settler.clone();
+            let compute = reading.compute.clone();
+            async move {
+                let path = file.path.clone();
+                let result = async {
+                    if readiness == Readiness::BeingWritten {
+                        settler
+                            .settle(&path)
+                            .await
+                            .map_err(|error| format!("{} did not settle: {error}", path.display()))?;
+                    }
+                    compute
+                        .run(move || read_file(&path))
+                        .await
+                        .map_err(|error| format!("reading did not finish: {error}"))?
+                }
+                .await;
+                ReadFile { file, result }
+            }
+        })
+        .buffer_unordered(queued)
+        .collect()
+        .await
+}
+
+/// Reads a file once: its content digest and size, and what its header
+/// says it is.
+fn read_file(path: &Path) -> Result<FileRead, String> {
+    let hash = hash_file(path).map_err(|error| format!("cannot read {}: {error}", path.display()))?;
+    let (media_kind, parsed) = match read_metadata(path) {
+        Ok(metadata) => (
+            "image".to_string(),
+            json!({"format": metadata.format, "width": metadata.width, "height": metadata.height}),
+        ),
+        Err(error) => ("unknown".to_string(), json!({"error": error.to_string()})),
+    };
+    Ok(FileRead {
+        digest: hash.digest(),
+        byte_size: i64::try_from(hash.byte_size).unwrap_or(i64::MAX),
+        media_kind,
+        parsed,
+    })
+}
+
+/// Chunks of `first` items, then twice as many each time up to `size`.
+fn growing_chunks<T>(items: Vec<T>, first: usize, size: usize) -> Vec<Vec<T>> {
+    let mut out = Vec::new();
+    let mut next = first.clamp(1, size.max(1));
+    let mut items = items.into_iter().peekable();
+    while items.peek().is_some() {
+        out.push(items.by_ref().take(next).collect());
+        next = (next * 2).min(size.max(1));
+    }
+    out
+}
+
+/// Chunks of `size` items, in order.
+pub(crate) fn chunks<T>(items: Vec<T>, size: usize) -> Vec<Vec<T>> {
+    let mut out = Vec::new();
+    let mut items = items.into_iter().peekable();
+    while items.peek().is_some() {
+        out.push(items.by_ref().take(size).collect());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registration_chunks_start_small_and_double_up_to_the_chunk_size() {
+        let sizes: Vec<usize> = growing_chunks((0..1000).collect::<Vec<_>>(), 32, 250)
+            .iter()
+            .map(Vec::len)
+            .collect();
+        assert_eq!(sizes, vec![32, 64, 128, 250, 250, 250, 26]);
+        let flattened: Vec<i32> = growing_chunks((0..1000).collect::<Vec<_>>(), 32, 250)
+            .into_iter()
+            .flatten()
+            .collect();
+        assert_eq!(flattened, (0..1000).collect::<Vec<_>>(), "every file once, in order");
+        assert!(growing_chunks(Vec::<i32>::new(), 32, 250).is_empty());
+    }
+}

@@ -1,0 +1,77 @@
+//! What the command-line tests share: the `opledger` binary with no
+//! database or log level chosen by the environment, what its output says,
+//! a temporary database, and a runtime for the library calls beside it.
+//!
+//! Each test binary includes this module (`mod common;`) and uses a part
+//! of it, so the helpers another binary uses would be dead code in this
+//! one: hence the allowance below, for this module only.
+#![allow(dead_code)]
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_opledger");
+
+/// The binary, with no database or log level chosen by the environment.
+pub fn binary() -> Command {
+    let mut command = Command::new(BIN);
+    command.env_remove("OPLEDGER_DATABASE_URL").env_remove("OPLEDGER_LOG");
+    command
+}
+
+/// The binary, run in `dir`, with no database or log level chosen by the
+/// environment.
+pub fn opledger(dir: &Path) -> Command {
+    let mut command = binary();
+    command.current_dir(dir);
+    command
+}
+
+/// Runs a command to its end, whatever its exit.
+pub fn run(command: &mut Command) -> Output {
+    command.output().expect("the opledger binary runs")
+}
+
+/// A run's exit code, stdout and stderr, for failure messages.
+pub fn describe(output: &Output) -> String {
+    format!(
+        "exit {:?}\n--- stdout\n{}--- stderr\n{}",
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+pub fn assert_exit(output: &Output, code: i32) {
+    assert_eq!(
+        output.status.code(),
+        Some(code),
+        "expected exit {code}, got {}",
+        describe(output)
+    );
+}
+
+pub fn stdout(output: &Output) -> String {
+    String::from_utf8(output.stdout.clone()).expect("stdout is UTF-8")
+}
+
+/// Stdout, parsed as JSON.
+pub fn json(output: &Output) -> Value {
+    serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|error| panic!("stdout is not JSON ({error}): {}", describe(output)))
+}
+
+/// A temporary folder and the path of a database file in it (not created).
+pub fn temp_db() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let db = dir.path().join("ledger.db");
+    (dir, db)
+}
+
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+}
