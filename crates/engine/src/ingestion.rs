@@ -613,10 +613,8 @@ impl<S: Store> Engine<S> {
             .collect())
     }
 
-    /// Rows of `table` whose text `column` is one of `values`, in key order,
-    /// in one batched lookup. The store's lookup of many values of a
-    /// non-key column is a write transaction's (`WriteTx::find_rows_in`);
-    /// this one appends and writes nothing, so it commits nothing durable.
+    /// Rows of `table` whose text `column` is one of `values`, in one
+    /// batched lookup on a read connection.
     async fn rows_with_text_in(
         &self,
         table: &'static TableSpec,
@@ -627,11 +625,7 @@ impl<S: Store> Engine<S> {
             return Ok(Vec::new());
         }
         let cells: Vec<Cell> = values.iter().cloned().map(Cell::Text).collect();
-        self.store
-            .write(move |tx: &mut S::Tx| {
-                Box::pin(async move { Ok::<_, EngineError>(tx.find_rows_in(table, column, &cells).await?) })
-            })
-            .await
+        Ok(self.store.find_rows_in(table, column, &cells).await?)
     }
 }
 

@@ -62,6 +62,17 @@ pub async fn rows_are_found_by_non_key_columns<H: Harness>(harness: &H) {
         .await
         .unwrap();
     assert_eq!(operation_ids(&found), vec![1, 2, 4]);
+    let targets = [Cell::Uuid(first.0), Cell::Uuid(third.0)];
+    let read = store
+        .find_rows_in(&MEDIA_STATES_TABLE, "media_id", &targets)
+        .await
+        .unwrap();
+    assert_eq!(
+        read, found,
+        "a read connection's batched lookup finds what the writer's does"
+    );
+    let unknown_in = store.find_rows_in(&MEDIA_STATES_TABLE, "no_such_column", &[]).await;
+    assert_eq!(unknown_in.unwrap_err().kind, ErrorKind::Constraint);
     let unknown = store
         .find_rows(&MEDIA_STATES_TABLE, &[("no_such_column", Cell::Null)], 1)
         .await;

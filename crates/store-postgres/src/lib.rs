@@ -420,6 +420,16 @@ impl Store for PostgresStore {
         rows::find(&mut connection, table, ddl::Copy::Live, filters, limit).await
     }
 
+    async fn find_rows_in(
+        &self,
+        table: &'static TableSpec,
+        column: &'static str,
+        values: &[Cell],
+    ) -> Result<Vec<Row>, StoreError> {
+        let mut connection = self.read_connection().await?;
+        rows::find_in(&mut connection, table, ddl::Copy::Live, column, values).await
+    }
+
     async fn lease(&self, claim_token: &str) -> Result<Option<Lease>, StoreError> {
         work::lease(&self.inner.readers, claim_token).await
     }

@@ -258,6 +258,38 @@ pub async fn find(
         .collect()
 }
 
+/// Rows of one copy of a table whose `column` is one of `values`, in key
+/// order within each chunk of parameters (the write side's `find_in` on a
+/// read connection).
+pub async fn find_in(
+    conn: &mut SqliteConnection,
+    table: &'static TableSpec,
+    copy: Copy<'_>,
+    column: &'static str,
+    values: &[Cell],
+) -> Result<Vec<Row>, StoreError> {
+    let name = ddl::table_name(table.name, copy);
+    // Validate the column even when there is nothing to look up.
+    find_in_sql(table, copy, column, 1)?;
+    let mut found = Vec::new();
+    for chunk in values.chunks(MAX_PARAMS) {
+        let sql = find_in_sql(table, copy, column, chunk.len())?;
+        let mut query = sqlx::query(&sql);
+        for cell in chunk {
+            query = bind_cell(query, cell);
+        }
+        let fetched = query
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(|error| map(error, &format!("searching {name}")))?;
+        for row in &fetched {
+            let cells = decode_cells(row, table)?;
+            found.push(Row::from_cells(table, cells).map_err(|error| StoreError::corrupt(error.to_string()))?);
+        }
+    }
+    Ok(found)
+}
+
 /// The columns of the event log, in the order [`decode_event`] reads them.
 pub const EVENT_COLUMNS: &str =
     "seq, stream_id, stream_version, event_type, schema_version, payload, recorded_at, actor, correlation_id, causation_id";

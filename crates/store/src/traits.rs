@@ -370,6 +370,15 @@ pub trait Store: Clone + Send + Sync + 'static {
         limit: usize,
     ) -> impl Future<Output = Result<Vec<Row>, StoreError>> + Send;
 
+    /// Like [`WriteTx::find_rows_in`], from a read connection: a batched
+    /// lookup by a non-key column that takes no write transaction.
+    fn find_rows_in(
+        &self,
+        table: &'static TableSpec,
+        column: &'static str,
+        values: &[Cell],
+    ) -> impl Future<Output = Result<Vec<Row>, StoreError>> + Send;
+
     /// A claim's lease row, from a read connection.
     fn lease(&self, claim_token: &str) -> impl Future<Output = Result<Option<Lease>, StoreError>> + Send;
 
