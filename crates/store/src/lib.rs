@@ -11,7 +11,6 @@
 
 pub mod conformance;
 mod error;
-pub mod floor;
 mod traits;
 
 pub use error::{ErrorKind, StoreError};
