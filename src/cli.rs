@@ -307,6 +307,37 @@ pub struct BenchArgs {
     /// Queries the status and timeline workloads time.
     #[arg(long, default_value_t = 1_000)]
     pub samples: usize,
+    /// Append the figures to `<DIR>/<workload>.jsonl` (one JSON object a
+    /// line, with the time, commit and cores); DIR defaults to `benches/results`.
+    #[arg(long, value_name = "DIR", num_args = 0..=1, require_equals = true, default_missing_value = "benches/results")]
+    pub record: Option<PathBuf>,
+}
+
+impl BenchArgs {
+    /// The options of the benchmark crate's run.
+    pub fn options(&self) -> opledger_bench::Options {
+        opledger_bench::Options {
+            workload: match self.workload {
+                Workload::Append => opledger_bench::Workload::Append,
+                Workload::Replay => opledger_bench::Workload::Replay,
+                Workload::Lifecycle => opledger_bench::Workload::Lifecycle,
+                Workload::Ingest => opledger_bench::Workload::Ingest,
+                Workload::Status => opledger_bench::Workload::Status,
+                Workload::Timeline => opledger_bench::Workload::Timeline,
+            },
+            events: self.events,
+            batch: self.batch,
+            unbatched_events: self.unbatched_events,
+            rounds: self.rounds,
+            tasks: self.tasks,
+            workers: self.workers.clone(),
+            claim_batch: self.claim_batch,
+            dir: self.dir.clone(),
+            files: self.files,
+            samples: self.samples,
+            record: self.record.clone(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -11,8 +11,6 @@
 //! | 5 | storage unavailable or corrupt |
 
 mod batch;
-mod bench;
-mod bench_more;
 mod cli;
 mod ingest;
 mod output;
@@ -132,7 +130,16 @@ async fn run(cli: Cli) -> anyhow::Result<Outcome> {
             return Ok(Outcome::Ok);
         }
         Command::Bench(args) => {
-            bench::run(&cli.database_url, args).await?;
+            // The engine's and the store's errors keep their exit codes.
+            let report =
+                opledger_bench::run(&cli.database_url, &args.options())
+                    .await
+                    .map_err(|error| match error {
+                        opledger_bench::BenchError::Engine(error) => anyhow::Error::new(error),
+                        opledger_bench::BenchError::Store(error) => anyhow::Error::new(error),
+                        other => anyhow::Error::new(other),
+                    })?;
+            println!("{}", serde_json::to_string_pretty(&report)?);
             return Ok(Outcome::Ok);
         }
         Command::SampleMedia(args) => {

@@ -2,7 +2,8 @@
 //! compiler does not enforce: the domain crate stays pure (no async runtime,
 //! no database, no I/O, no clock, no randomness), only the engine reads the
 //! wall clock and makes ids, only the backend crates know a database
-//! driver, and the testkit stays a test-only dependency.
+//! driver, the testkit stays a test-only dependency, and no product crate
+//! links the benchmarks.
 //!
 //! Manifests are read with `toml_edit`, so inline tables, dotted keys,
 //! `[dependencies.x]` tables and target-specific sections are all seen.
@@ -471,6 +472,42 @@ fn the_testkit_is_only_ever_a_dev_dependency() {
             "opledger-testkit must not depend on {forbidden}: {testkit:?}"
         );
     }
+}
+
+#[test]
+fn no_product_crate_depends_on_the_benchmarks_or_builds_with_tempfile() {
+    // Measurement code, its raw SQL and its temporary folders stay out of
+    // what a library user links; only the binary runs `opledger bench`.
+    let members = workspace_members();
+    assert!(
+        members.contains_key("opledger-bench"),
+        "the bench crate is not a workspace member: update this test"
+    );
+    let product = members
+        .keys()
+        .filter(|name| !["opledger-bench", "opledger-testkit"].contains(&name.as_str()));
+    for member in product {
+        let closure = library_dependency_closure(member);
+        assert!(
+            !closure.contains("opledger-bench"),
+            "{member}'s library depends on opledger-bench (directly or through another workspace crate); \
+             measurement belongs in crates/bench, which only the binary uses: {closure:?}"
+        );
+        let direct = build_dependencies(&manifest(&format!("{}/Cargo.toml", members[member])));
+        assert!(
+            !direct.contains_key("tempfile"),
+            "{member} builds its library with tempfile; temporary folders are for tests and benchmarks"
+        );
+    }
+    let binary = build_dependencies(&manifest("Cargo.toml"));
+    assert!(
+        binary.contains_key("opledger-bench"),
+        "the binary no longer depends on opledger-bench: is `opledger bench` gone? update this test"
+    );
+    assert!(
+        !binary.contains_key("tempfile"),
+        "the opledger binary builds with tempfile directly; its benchmark folders are opledger-bench's"
+    );
 }
 
 #[test]

@@ -8,8 +8,12 @@
 //! through opledger's own lifecycle. Needs `psql` and `pgbench` beside the
 //! server; without a server (or the tools) the test skips loudly, and under
 //! `CI=true` it fails instead.
+//!
+//! The raw results under `benches/results/` are written by `opledger bench
+//! --record`; the tests here record into a folder of their own, never into
+//! the repository.
 
-use opledger_engine::bench::{register_lifecycle_media, run_task_lifecycle};
+use opledger_bench::lifecycle::{register_lifecycle_media, run_task_lifecycle};
 use opledger_engine::Engine;
 use opledger_store_postgres::PostgresStore;
 use opledger_testkit::{Backend, PostgresBackend};
@@ -40,7 +44,8 @@ fn have(tool: &str) -> bool {
     false
 }
 
-fn run(command: &mut Command) {
+/// Runs `command` to success and returns its standard output.
+fn run(command: &mut Command) -> Vec<u8> {
     let output = command.output().unwrap_or_else(|error| panic!("{command:?}: {error}"));
     assert!(
         output.status.success(),
@@ -49,6 +54,7 @@ fn run(command: &mut Command) {
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     );
+    output.stdout
 }
 
 /// Rows per table, and per status where the table has one: what a finished
@@ -119,4 +125,55 @@ async fn the_postgres_lifecycle_floor_runs_on_the_current_schema_and_leaves_what
         "3.5 events a task: {floor:?}"
     );
     assert_eq!(floor, ours, "the floor's rows (left) against the lifecycle's (right)");
+}
+
+/// `opledger bench` run in `dir` (its own databases go there too).
+fn bench_status_in(dir: &std::path::Path, record: Option<&std::path::Path>) -> serde_json::Value {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_opledger"));
+    command
+        .current_dir(dir)
+        .args(["bench", "status", "--events", "2000", "--samples", "10", "--json"]);
+    if let Some(record) = record {
+        command.arg(format!("--record={}", record.display()));
+    }
+    serde_json::from_slice(&run(&mut command)).unwrap()
+}
+
+#[test]
+fn a_recorded_bench_run_appends_its_printed_report_with_time_commit_cores_and_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let results = dir.path().join("results");
+    let first = bench_status_in(dir.path(), Some(&results));
+    let second = bench_status_in(dir.path(), Some(&results));
+    let text = std::fs::read_to_string(results.join("status.jsonl")).unwrap();
+    let lines: Vec<serde_json::Value> = text.lines().map(|line| serde_json::from_str(line).unwrap()).collect();
+    assert_eq!(lines.len(), 2, "one line per run: {text}");
+    assert_eq!(lines[0]["report"], first);
+    assert_eq!(lines[1]["report"], second);
+    let cores = std::thread::available_parallelism().map_or(1, usize::from) as u64;
+    for line in &lines {
+        assert_eq!(line["cores"].as_u64(), Some(cores), "{line}");
+        assert!(
+            line["recorded_at"].as_str().is_some_and(|at| at.ends_with('Z')),
+            "{line}"
+        );
+        assert!(line.get("commit").is_some(), "{line}");
+        assert_eq!(
+            line["command"].as_str(),
+            Some("opledger bench status --events 2000 --samples 10"),
+            "{line}"
+        );
+    }
+}
+
+#[test]
+fn an_unrecorded_bench_run_leaves_nothing_behind_in_its_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let report = bench_status_in(dir.path(), None);
+    assert_eq!(report["workload"], "status");
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
 }

@@ -1,7 +1,7 @@
 //! The opledger engine: commands that decide, append and fold in one
 //! transaction; startup (catching projections up, rebuilding changed ones
 //! through a shadow); replay and verification; the read queries behind
-//! `status` and `timeline`; and the benchmark workloads.
+//! `status` and `timeline`.
 //!
 //! The engine is generic over [`opledger_store::Store`] and must not know
 //! which backend it runs on: no SQL, no driver types, no error codes. It must
@@ -11,7 +11,6 @@
 //! and [`Ids`], which tests replace.
 
 mod batches;
-pub mod bench;
 mod clock;
 mod commands;
 mod error;

@@ -4,7 +4,7 @@
 //! that a corrupt event read ahead still stops the replay with the error
 //! naming its seq. Every backend, through `backend_tests!`.
 
-use opledger_engine::{Engine, EngineError};
+use opledger_engine::{CommandContext, Engine, EngineError};
 use opledger_store::{ErrorKind, Store};
 use opledger_testkit::{backend_tests, Backend};
 
@@ -12,13 +12,22 @@ use opledger_testkit::{backend_tests, Backend};
 /// several chunks.
 const CHUNK: usize = 7;
 
+/// Registers `count` media items, one event each.
+async fn register_media<S: Store>(engine: &Engine<S>, count: u64) {
+    let context = CommandContext::actor("test");
+    for item in 0..count {
+        engine
+            .register_media(&context, &format!("/replay/{item:08}.jpg"), "image", None, None)
+            .await
+            .unwrap();
+    }
+}
+
 /// A log of exactly `events` media registrations (one event each).
 async fn engine_with_events<B: Backend>(backend: &B, events: u64) -> Engine<B::Store> {
     let (engine, _) = Engine::open(backend.open().await).await.unwrap();
     let engine = engine.with_fold_chunk(CHUNK);
-    opledger_engine::bench::register_lifecycle_media(&engine, events)
-        .await
-        .unwrap();
+    register_media(&engine, events).await;
     assert_eq!(engine.store().head().await.unwrap(), events as i64);
     engine
 }
@@ -29,9 +38,7 @@ async fn replay_reading_ahead_folds_every_event_whether_or_not_the_log_ends_on_a
     let engine = engine_with_events(backend, 3 * CHUNK as u64).await;
     for round in 0..2 {
         if round == 1 {
-            opledger_engine::bench::register_lifecycle_media(&engine, 1)
-                .await
-                .unwrap();
+            register_media(&engine, 1).await;
         }
         let head = engine.store().head().await.unwrap();
         assert_eq!(head, 3 * CHUNK as i64 + round);

@@ -69,9 +69,9 @@
 
 mod batch;
 mod config;
+pub mod databases;
 mod ddl;
 mod error;
-pub mod floor;
 mod rows;
 mod scratch;
 pub mod tx;

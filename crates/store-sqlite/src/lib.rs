@@ -9,9 +9,9 @@
 //! SQLite directly, so a statement costs no handoff between threads; the
 //! only handoffs are the work going in and the answer coming out (see
 //! `writer.rs`). Reads use a separate sqlx pool, which WAL never blocks; the
-//! migrations, replay's scratch copy and the benchmark floor stay on sqlx
-//! too. Writers in other processes are waited for (`BEGIN IMMEDIATE` with a
-//! long busy timeout) rather than surfacing "database is locked".
+//! migrations and replay's scratch copy stay on sqlx too. Writers in other
+//! processes are waited for (`BEGIN IMMEDIATE` with a long busy timeout)
+//! rather than surfacing "database is locked".
 //!
 //! This crate must not know business rules: it stores events and the rows
 //! that the domain's folds computed, and maps SQLite's error codes, from
@@ -21,7 +21,6 @@
 mod config;
 mod ddl;
 mod error;
-pub mod floor;
 mod rows;
 mod scratch;
 mod sqlx_handle;

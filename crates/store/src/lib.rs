@@ -18,7 +18,6 @@
 
 pub mod append;
 mod error;
-pub mod floor;
 pub mod group_commit;
 pub mod log;
 pub mod positions;

@@ -5,6 +5,7 @@
 use crate::Backend;
 use opledger_store::{ErrorKind, StoreError};
 use opledger_store_conformance::Harness;
+use opledger_store_postgres::databases::{create_database, drop_database};
 use opledger_store_postgres::{PostgresConfig, PostgresStore};
 use sqlx::{Connection, Executor, PgConnection};
 use std::io::Write;
@@ -50,13 +51,16 @@ fn under_ci() -> bool {
 
 /// Connects to the server, or explains loudly why the tests cannot run:
 /// None (skip) when nothing answers there, a panic under `CI=true`.
-async fn server() -> Option<(String, PostgresConfig, PgConnection)> {
+async fn server() -> Option<(String, PostgresConfig)> {
     let url = server_url();
     let server = PostgresConfig::from_url(&url).unwrap_or_else(|error| panic!("{error}"));
     if UNREACHABLE.get().is_none() {
         let attempt = tokio::time::timeout(Duration::from_secs(5), PgConnection::connect_with(&server.options)).await;
         let reason = match attempt {
-            Ok(Ok(connection)) => return Some((url, server, connection)),
+            Ok(Ok(connection)) => {
+                let _ = connection.close().await;
+                return Some((url, server));
+            }
             // Nothing listening, or not answering: the server is not there.
             Ok(Err(sqlx::Error::Io(error))) => error.to_string(),
             Ok(Err(sqlx::Error::PoolTimedOut)) => "timed out".to_string(),
@@ -88,14 +92,11 @@ async fn server() -> Option<(String, PostgresConfig, PgConnection)> {
 
 /// A backend on a new, empty database; None when the test is skipped.
 pub async fn backend() -> Option<PostgresBackend> {
-    let (server_url, server, mut connection) = server().await?;
+    let (server_url, server) = server().await?;
     let database = format!("opledger_test_{}", uuid::Uuid::new_v4().simple());
-    connection
-        .execute(format!("CREATE DATABASE {database}").as_str())
+    let mut config = create_database(&server, &database)
         .await
         .unwrap_or_else(|error| panic!("creating {database}: {error}"));
-    let _ = connection.close().await;
-    let mut config = server.clone().with_database(&database);
     // Many tests share one server (max_connections is 100 by default), and
     // some open a store per simulated worker: small pools keep a parallel
     // test run under the limit. Writes take turns on the append lock anyway.
@@ -133,20 +134,14 @@ impl Drop for PostgresBackend {
     /// off connections that pools of dropped stores (or killed processes)
     /// may still hold.
     fn drop(&mut self) {
-        let options = self.server.options.clone();
+        let server = self.server.clone();
         let database = self.database.clone();
         let dropped = std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .ok()?;
-            runtime.block_on(async {
-                let mut connection = PgConnection::connect_with(&options).await.ok()?;
-                let sql = format!("DROP DATABASE IF EXISTS {database} WITH (FORCE)");
-                let result = connection.execute(sql.as_str()).await;
-                let _ = connection.close().await;
-                result.ok().map(|_| ())
-            })
+            runtime.block_on(drop_database(&server, &database)).ok()
         })
         .join();
         if !matches!(dropped, Ok(Some(()))) {

@@ -1,0 +1,121 @@
+//! The floors on PostgreSQL, through sqlx on the store's raw connection, on
+//! the same server.
+
+use super::{decode_payloads, FloorRow, INSERT_INTO_FLOOR, MULTI_ROW, SCAN_LOG};
+use crate::BenchError;
+use opledger_store_postgres::PostgresStore;
+use sqlx::postgres::PgRow;
+use sqlx::{Connection, Executor, PgConnection, Row};
+use std::time::{Duration, Instant};
+
+/// Inserts `rows` into a plain table with the log's columns and its stream
+/// index, but no triggers, no advisory lock and no projections, `batch` rows
+/// per transaction, each row a plain prepared INSERT (one round trip each).
+/// Returns the elapsed time.
+pub async fn plain_inserts(store: &PostgresStore, rows: &[FloorRow], batch: usize) -> Result<Duration, BenchError> {
+    inserts(store, rows, batch, 1).await
+}
+
+/// Like [`plain_inserts`], but each statement inserts up to 90 rows at once:
+/// the stricter floor.
+pub async fn multi_row_inserts(store: &PostgresStore, rows: &[FloorRow], batch: usize) -> Result<Duration, BenchError> {
+    inserts(store, rows, batch, MULTI_ROW).await
+}
+
+async fn script(connection: &mut PgConnection, sql: &str, context: &'static str) -> Result<(), BenchError> {
+    connection
+        .execute(sql)
+        .await
+        .map(|_| ())
+        .map_err(BenchError::floor(context))
+}
+
+/// `($1, $2, $3, $4, 1, $5, $6::timestamptz, $7, $8, NULL), …` for `rows` rows.
+fn placeholders(rows: usize) -> String {
+    (0..rows)
+        .map(|index| {
+            let at = index * 8;
+            format!(
+                "(${}, ${}, ${}, ${}, 1, ${}, ${}::timestamptz, ${}, ${}, NULL)",
+                at + 1,
+                at + 2,
+                at + 3,
+                at + 4,
+                at + 5,
+                at + 6,
+                at + 7,
+                at + 8
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+async fn inserts(
+    store: &PostgresStore,
+    rows: &[FloorRow],
+    batch: usize,
+    rows_per_statement: usize,
+) -> Result<Duration, BenchError> {
+    let mut connection = store.raw_connection().await?;
+    script(
+        &mut connection,
+        "DROP TABLE IF EXISTS bench_floor_events; \
+         CREATE TABLE bench_floor_events (seq bigint PRIMARY KEY, stream_id text COLLATE \"C\" NOT NULL, \
+         stream_version bigint NOT NULL, event_type text NOT NULL, schema_version integer NOT NULL, \
+         payload text NOT NULL, recorded_at timestamptz NOT NULL, actor text NOT NULL, \
+         correlation_id text NOT NULL, causation_id text); \
+         CREATE UNIQUE INDEX bench_floor_events_by_stream ON bench_floor_events (stream_id, stream_version);",
+        "creating the floor table",
+    )
+    .await?;
+    let started = Instant::now();
+    let mut seq = 0i64;
+    for chunk in rows.chunks(batch.max(1)) {
+        script(&mut connection, "BEGIN", "floor begin").await?;
+        for statement_rows in chunk.chunks(rows_per_statement) {
+            let sql = format!("{INSERT_INTO_FLOOR}{}", placeholders(statement_rows.len()));
+            let mut query = sqlx::query(&sql);
+            for row in statement_rows {
+                seq += 1;
+                query = query
+                    .bind(seq)
+                    .bind(row.stream_id.as_str())
+                    .bind(row.stream_version)
+                    .bind(row.event_type)
+                    .bind(row.payload.as_str())
+                    .bind(row.recorded_at.as_str())
+                    .bind(row.actor.as_str())
+                    .bind(row.correlation_id.as_str());
+            }
+            query
+                .execute(&mut connection)
+                .await
+                .map_err(BenchError::floor("floor insert"))?;
+        }
+        script(&mut connection, "COMMIT", "floor commit").await?;
+    }
+    let elapsed = started.elapsed();
+    script(
+        &mut connection,
+        "DROP TABLE bench_floor_events",
+        "dropping the floor table",
+    )
+    .await?;
+    let _ = connection.close().await;
+    Ok(elapsed)
+}
+
+/// Scans the whole log with one plain SELECT and decodes every payload with
+/// serde into untyped JSON. Returns (events read, elapsed).
+pub async fn plain_scan(store: &PostgresStore) -> Result<(u64, Duration), BenchError> {
+    fn payload(row: &PgRow) -> Result<&str, sqlx::Error> {
+        row.try_get(5)
+    }
+    let mut connection = store.raw_connection().await?;
+    let started = Instant::now();
+    let count = decode_payloads(sqlx::query(SCAN_LOG).fetch(&mut connection), payload).await?;
+    let elapsed = started.elapsed();
+    let _ = connection.close().await;
+    Ok((count, elapsed))
+}
