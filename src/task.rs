@@ -130,7 +130,7 @@ async fn claim<S: Store>(engine: &Engine<S>, args: &ClaimArgs, as_json: bool) ->
     if args.worker.trim().is_empty() {
         return Err(UsageError("--worker needs a name".into()).into());
     }
-    // SPEC §3: expired claims of dead workers are requeued before any worker claims.
+    // Expired claims of dead workers are requeued before any worker claims.
     let recovered = engine.recover(&CommandContext::actor(RECOVERY_ACTOR)).await?;
     if recovered.interrupted > 0 {
         tracing::info!(

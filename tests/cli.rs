@@ -16,7 +16,7 @@ use std::path::Path;
 use std::process::Output;
 use uuid::Uuid;
 
-/// The 16 operation statuses of SPEC §2, written out independently of the code.
+/// The 16 operation statuses, written out independently of the code.
 const OPERATION_STATUSES: [&str; 16] = [
     "pending",
     "queued",

@@ -1,4 +1,4 @@
-//! Crash safety of the SQLite event log (issue 2): a child process appends in
+//! Crash safety of the SQLite event log: a child process appends in
 //! a loop through the engine, reporting every acknowledged event; the parent
 //! kills it with SIGKILL at random moments, many rounds on the same growing
 //! database, and after each kill checks that

@@ -1,4 +1,4 @@
-//! Many OS processes on one PostgreSQL database (issue 4), each on a fresh
+//! Many OS processes on one PostgreSQL database, each on a fresh
 //! database of the server `OPLEDGER_TEST_POSTGRES_URL` names (a loud skip
 //! without one, a failure under `CI=true`):
 //!

@@ -1,4 +1,5 @@
-//! The event envelope of SPEC §2 and stream naming.
+//! The event envelope (seq, stream and version, type and schema version,
+//! payload, time, actor, correlation and causation) and stream naming.
 
 use crate::events::Event;
 use crate::ids::{BatchId, MediaId, OperationId};

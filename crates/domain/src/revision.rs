@@ -1,4 +1,4 @@
-//! The revision rule of the work protocol (SPEC §3 "Revision", `docs/revision.md`).
+//! The revision rule of the work protocol (`docs/revision.md`).
 //!
 //! A task's revision is a fingerprint of everything that determines its result:
 //! the lowercase-hex SHA-256 of the canonical JSON text of the document

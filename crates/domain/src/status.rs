@@ -1,4 +1,4 @@
-//! The status vocabularies of SPEC §2, exactly: 16 operation statuses,
+//! The status vocabularies, exactly: 16 operation statuses,
 //! 12 capability statuses and the 10 stages of a file ingestion.
 //!
 //! Each vocabulary is a closed enum with one spelling per value, used in

@@ -209,7 +209,7 @@ impl<S: Store> Engine<S> {
     pub async fn replay_into_scratch(&self) -> Result<(S::Scratch, WorkingSet, ReplayStats), EngineError> {
         let started = Instant::now();
         let mut scratch = self.store.open_scratch().await?;
-        // Scratch tables are written row by row whole (raw.rs), so the
+        // Scratch tables are written row by row whole (sqlx_handle.rs), so the
         // rows the store held before are not kept.
         let mut rows = WorkingSet::forgetting_stored_rows();
         let source = EventSource::ReadAhead(read_ahead(&self.store, 0, self.fold_chunk));

@@ -1,4 +1,4 @@
-//! Capability states, batches and the review queue (SPEC §2), on real
+//! Capability states, batches and the review queue, on real
 //! databases: a capability through its lifecycle and a task-version change;
 //! a batch of 100 items with failures, cancellation and resume, counted
 //! exactly at every step; a restart in the middle of a batch; duplicate

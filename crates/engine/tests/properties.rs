@@ -1,4 +1,4 @@
-//! Property tests of the engine on a real SQLite database (issue 2).
+//! Property tests of the engine on a real SQLite database.
 //!
 //! A case is a random sequence of 1..60 abstract commands over a small
 //! universe: up to five media items with their regions, a handful of
@@ -540,7 +540,7 @@ fn table_allows(row: &OperationRow, cause: Cause) -> Result<(), Refusal> {
 }
 
 /// What the domain must answer to `action` on `row` (None: no such
-/// operation), spelled out from the rules of SPEC §2–3 and the transition
+/// operation), spelled out from the rules of `docs/state-machines.md` and the transition
 /// table's data, in the order the engine checks them.
 fn expected_operation_verdict(row: Option<&OperationRow>, action: &Action, token: &str) -> Result<(), Refusal> {
     if let Action::Claim { lease_ms, .. } = action {

@@ -1,4 +1,4 @@
-//! The work protocol (SPEC §3) on real databases and real connections, every
+//! The work protocol on real databases and real connections, every
 //! test on each backend (SQLite and PostgreSQL, `opledger_testkit`):
 //! independence of task kinds, revisions requested while a worker runs,
 //! fencing of stale workers, the recovery race, many workers on separate
