@@ -160,7 +160,11 @@ fn use_tree(
 /// command module extends). Submodules are otherwise modules of their own:
 /// two siblings that name each other, directly or around a longer circle,
 /// are a cycle. Paths without those prefixes (a parent's `mod x; pub use
-/// x::…`) only ever name the file's own children.
+/// x::…`) only ever name the file's own children. A module that names a
+/// parent from outside reaches its children too, since what a parent
+/// shares is mostly theirs: a parent counts as depending on each child it
+/// declares, so `tx` naming `work` while `work::claim` names `tx` is a
+/// cycle (a child naming its parent still counts for nothing).
 fn module_cycles(files: &[(PathBuf, String)]) -> Vec<String> {
     let modules: BTreeSet<ModulePath> = files.iter().map(|(path, _)| module_of_file(path)).collect();
     // from → to → the first place `from` names `to`.
@@ -181,6 +185,21 @@ fn module_cycles(files: &[(PathBuf, String)]) -> Vec<String> {
                     .entry(to)
                     .or_insert_with(|| format!("{}:{line}", path.display()));
             }
+        }
+    }
+    for (path, _) in files {
+        let child = module_of_file(path);
+        if let Some((_, parent)) = child.split_last() {
+            let declared_in = files
+                .iter()
+                .map(|(path, _)| path)
+                .find(|path| module_of_file(path) == parent)
+                .map_or_else(|| "its parent".to_string(), |path| path.display().to_string());
+            edges
+                .entry(parent.to_vec())
+                .or_default()
+                .entry(child.clone())
+                .or_insert_with(|| format!("declared in {declared_in}"));
         }
     }
     let name = |module: &ModulePath| {
@@ -313,4 +332,23 @@ fn the_module_cycle_check_ignores_comments_strings_and_a_module_and_its_ancestor
         file("c.rs", "use super::Engine;\n"),
     ];
     assert_eq!(module_cycles(&quiet), Vec::<String>::new());
+}
+
+#[test]
+fn the_module_cycle_check_counts_a_named_parent_as_reaching_its_children() {
+    let file = |path: &str, text: &str| (PathBuf::from(path), text.to_string());
+    let through_parent = [
+        file("lib.rs", "mod tx;\nmod work;\npub struct Engine;\n"),
+        file("tx.rs", "use crate::work;\npub struct Stamp;\n"),
+        file("work/mod.rs", "mod claim;\npub use claim::Claim;\n"),
+        file("work/claim.rs", "use crate::tx::Stamp;\npub struct Claim;\n"),
+    ];
+    assert_eq!(
+        module_cycles(&through_parent),
+        vec![
+            "tx → work → work::claim → tx: tx → work (tx.rs:1), work → work::claim (declared in work/mod.rs), \
+             work::claim → tx (work/claim.rs:1)"
+                .to_string()
+        ]
+    );
 }
