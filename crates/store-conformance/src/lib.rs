@@ -10,9 +10,10 @@
 //! provides, written in the SQL both backends accept.
 //!
 //! This crate is for tests only (`publish = false`, a dev-dependency of the
-//! backends; `tests/architecture.rs` checks that no library depends on it)
-//! and must not know a driver: it reaches a database only through the
-//! harness, so the same checks hold every backend to the same contract.
+//! backends; `tests/architecture/dependencies.rs` checks that no library
+//! depends on it) and must not know a driver: it reaches a database only
+//! through the harness, so the same checks hold every backend to the same
+//! contract.
 //! The suite is split by topic: the log (`log.rs`), group commit
 //! (`group_commit.rs`), the work protocol's queries (`work.rs`), projection
 //! rows (`rows.rs`) and scratch copies (`scratch.rs`).

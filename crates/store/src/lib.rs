@@ -6,7 +6,8 @@
 //! projection tables' copies, and the log's decoding and paging.
 //!
 //! This crate must not know any particular database: no SQL, no driver, no
-//! SQLSTATE (`tests/architecture.rs` checks that its code holds no SQL).
+//! SQLSTATE (`tests/architecture/sources.rs` checks that its code holds no
+//! SQL).
 //! Backends (opledger-store-sqlite, opledger-store-postgres) keep their
 //! statements and translate their native errors into [`ErrorKind`] inside
 //! their own crate, so the engine and the CLI never look at a backend's

@@ -17,7 +17,7 @@
 //! crates, and the engine's tests depend on it; a dependency on the engine
 //! here would build a second, incompatible copy of the engine into them.)
 //! It is a dev-dependency only: no crate's library may depend on it
-//! (`tests/architecture.rs`).
+//! (`tests/architecture/dependencies.rs`).
 
 pub mod postgres;
 pub mod sqlite;
