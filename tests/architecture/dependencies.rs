@@ -228,6 +228,26 @@ fn no_product_crate_depends_on_the_benchmarks_or_builds_with_tempfile() {
 }
 
 #[test]
+fn only_the_binary_builds_with_anyhow() {
+    // A library's callers branch on its typed errors (domain or store, and
+    // their kinds); an `anyhow::Error` would hide the kind they need. The
+    // binary adds context with it, and `exit_code` finds the error beneath.
+    let members = workspace_members();
+    for (member, path) in &members {
+        let direct = build_dependencies(&manifest(&format!("{path}/Cargo.toml")));
+        assert!(
+            !direct.contains_key("anyhow"),
+            "{member} builds its library with anyhow; only the binary (src/) may: return a typed error"
+        );
+    }
+    let binary = build_dependencies(&manifest("Cargo.toml"));
+    assert!(
+        binary.contains_key("anyhow"),
+        "the binary no longer uses anyhow: update this test and docs/architecture.md"
+    );
+}
+
+#[test]
 fn the_conformance_suite_is_a_test_crate_that_knows_no_driver() {
     // The suite reaches a database only through the harness a backend's
     // tests give it, and no product library links it (the testkit, itself
