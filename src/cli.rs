@@ -42,6 +42,11 @@ pub enum Command {
         #[command(subcommand)]
         command: MediaCommand,
     },
+    /// The application's task kinds: declare them from a TOML file, list and show them.
+    Kinds {
+        #[command(subcommand)]
+        command: KindsCommand,
+    },
     /// The work protocol, for shell and foreign-language workers.
     Task {
         #[command(subcommand)]
@@ -57,6 +62,8 @@ pub enum Command {
         #[command(subcommand)]
         command: ReviewCommand,
     },
+    /// Request again, in one batch, every result a new version of its kind made stale.
+    Reprocess(ReprocessArgs),
     /// A media item's capability states: what it can serve now, and if not, why.
     Capabilities {
         /// The media item.
@@ -74,6 +81,42 @@ pub enum Command {
         #[command(subcommand)]
         command: DocsCommand,
     },
+}
+
+/// Task kinds are declared by the application, in a TOML file of
+/// `[[kind]]` tables (see `examples/pipeline.toml`), and recorded in the log.
+#[derive(Debug, Subcommand)]
+pub enum KindsCommand {
+    /// Declare the kinds of a file: new ones are declared, unchanged ones
+    /// append nothing, a new version makes older results stale; any refusal
+    /// records nothing.
+    Apply {
+        /// The declaration file (`-` reads standard input).
+        file: PathBuf,
+        /// Decide and report, record nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Every task kind with its version, capability and policy.
+    List,
+    /// One task kind: inputs with their constraints and defaults, needs, policy.
+    Show {
+        /// The kind's name.
+        name: String,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct ReprocessArgs {
+    /// Every stale result (the only selection there is, and so required).
+    #[arg(long, required = true)]
+    pub stale: bool,
+    /// Only this kind's.
+    #[arg(long)]
+    pub kind: Option<String>,
+    /// The batch's name (default `reprocess stale KINDS`).
+    #[arg(long)]
+    pub batch_name: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -136,7 +179,7 @@ pub struct RequestArgs {
     /// The region to run a region task kind on (e.g. crop_embedding).
     #[arg(long, value_name = "ID")]
     pub region: Option<RegionId>,
-    /// The task kind (metadata, thumbnail, perceptual_hash, auto_tagging, full_embedding, crop_embedding).
+    /// The task kind, one of the declared ones (`opledger kinds list`).
     #[arg(long)]
     pub kind: String,
     /// The inputs as a JSON object (`-` reads them from stdin); what the target provides is filled in.

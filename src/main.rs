@@ -13,6 +13,7 @@
 mod batch;
 mod cli;
 mod ingest;
+mod kinds;
 mod output;
 mod task;
 
@@ -226,6 +227,8 @@ async fn dispatch<S: Store>(store: S, cli: &Cli) -> anyhow::Result<Outcome> {
             output::media_added(media_id, cli.json);
         }
         Command::Task { command } => task::run(&engine, command, cli.json).await?,
+        Command::Kinds { command } => kinds::run(&engine, command, cli.json).await?,
+        Command::Reprocess(args) => kinds::reprocess(&engine, args, cli.json).await?,
         Command::Recover => task::recover(&engine, cli.json).await?,
         Command::Batch { command } => batch::batch(&engine, command, cli.json).await?,
         Command::Review { command } => batch::review(&engine, command, cli.json).await?,

@@ -7,7 +7,7 @@ use opledger_engine::{
 };
 use serde_json::{json, Value};
 
-fn print_json(value: &Value) {
+pub(crate) fn print_json(value: &Value) {
     println!(
         "{}",
         serde_json::to_string_pretty(value).expect("JSON values always serialize")
@@ -33,6 +33,11 @@ pub fn status(report: &StatusReport, as_json: bool) {
                 .iter()
                 .map(|(status, count)| (status.clone(), json!(count)))
                 .collect::<serde_json::Map<String, Value>>(),
+            "stale_by_kind": report
+                .stale_by_kind
+                .iter()
+                .map(|(kind, count)| (kind.clone(), json!(count)))
+                .collect::<serde_json::Map<String, Value>>(),
             "active_batches": report.active_batches,
             "review_queue": report.review_queue,
             "projections": report.projections,
@@ -49,6 +54,12 @@ pub fn status(report: &StatusReport, as_json: bool) {
     println!("capabilities: {capabilities}");
     for (status, count) in report.capabilities_by_status.iter().filter(|(_, count)| *count > 0) {
         println!("  {status:<18} {count}");
+    }
+    if !report.stale_by_kind.is_empty() {
+        println!("stale results by kind (opledger reprocess --stale):");
+        for (kind, count) in &report.stale_by_kind {
+            println!("  {kind:<18} {count}");
+        }
     }
     println!("active batches: {}", report.active_batches.len());
     for batch in &report.active_batches {
@@ -216,10 +227,13 @@ pub fn requested(outcome: &RequestOutcome, target: TaskTarget, kind: &str, as_js
             "operation_id": outcome.operation_id.to_string(),
             "requested_revision": outcome.requested_revision,
             "created": outcome.created,
+            "status": outcome.status.as_str(),
         }));
         return;
     }
-    let what = if outcome.created {
+    let what = if outcome.status == opledger_domain::OperationStatus::NotApplicable {
+        "not applicable to this item"
+    } else if outcome.created {
         "requested"
     } else {
         "already requested (nothing changed)"
@@ -243,6 +257,9 @@ fn claim_json(claim: &TaskClaim) -> Value {
         "inputs": claim.inputs,
         "lease_expires_at": claim.lease_expires_at.to_rfc3339(),
         "attempt": claim.attempt,
+        "path": claim.path,
+        "media_kind": claim.media_kind,
+        "content_digest": claim.content_digest,
     })
 }
 

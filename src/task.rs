@@ -8,7 +8,6 @@
 use crate::cli::{ClaimArgs, CompleteArgs, RequestArgs, ShowArgs, TaskCommand, TokenArgs};
 use crate::output;
 use crate::UsageError;
-use opledger_domain::tasks::task_kind;
 use opledger_engine::{
     ClaimRequest, CommandContext, Completion, Engine, EngineError, Fence, Progress, TaskRequest, TaskTarget,
 };
@@ -125,7 +124,7 @@ async fn request<S: Store>(engine: &Engine<S>, args: &RequestArgs, as_json: bool
 async fn claim<S: Store>(engine: &Engine<S>, args: &ClaimArgs, as_json: bool) -> anyhow::Result<()> {
     // Checked before recovery runs, so a refused claim appends nothing.
     for kind in &args.kinds {
-        task_kind(kind).map_err(EngineError::Domain)?;
+        engine.task_kind(kind).await?;
     }
     if args.worker.trim().is_empty() {
         return Err(UsageError("--worker needs a name".into()).into());

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::binary;
+use common::{binary, declare_pipeline};
 use opledger_testkit::Backend;
 use serde_json::Value;
 use std::process::Output;
@@ -38,6 +38,7 @@ async fn a_postgres_url_selects_the_postgres_backend_and_a_shell_worker_complete
     let url = database.url();
     let status = ok_json(&url, &["status", "--json"]);
     assert_eq!(status["backend"], "postgres");
+    declare_pipeline(&url);
     let media = run(
         &url,
         &["media", "add", "--path", "/photos/pg.png", "--digest", "sha256:ab"],

@@ -248,6 +248,10 @@ fn replay_verify(url: &str, context: &str) {
 /// queued tasks. Returns the operations.
 async fn queue_tasks(engine: &Engine<PostgresStore>, media: usize) -> BTreeSet<OperationId> {
     let context = CommandContext::actor("setup");
+    engine
+        .declare(&context, opledger_domain::kinds::legacy::declarations())
+        .await
+        .expect("declare the kinds");
     let mut operations = BTreeSet::new();
     let mut requests = Vec::new();
     for index in 0..media {

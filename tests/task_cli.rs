@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{assert_exit, describe, json, opledger, run, temp_db, BIN};
+use common::{assert_exit, declare_pipeline, describe, json, opledger, run, temp_db, BIN};
 use opledger_domain::events::BoundingBox;
 use opledger_domain::{MediaId, Timestamp};
 use opledger_engine::{CommandContext, Engine};
@@ -71,6 +71,7 @@ struct Ledger {
 impl Ledger {
     fn new() -> Self {
         let (dir, db) = temp_db();
+        declare_pipeline(db.to_str().expect("a UTF-8 path"));
         Ledger { _dir: dir, db }
     }
 
@@ -160,7 +161,7 @@ impl Ledger {
     }
 }
 
-const CLAIM_KEYS: [&str; 9] = [
+const CLAIM_KEYS: [&str; 12] = [
     "claim_token",
     "operation_id",
     "media_id",
@@ -170,6 +171,9 @@ const CLAIM_KEYS: [&str; 9] = [
     "inputs",
     "lease_expires_at",
     "attempt",
+    "path",
+    "media_kind",
+    "content_digest",
 ];
 
 #[test]
@@ -180,10 +184,11 @@ fn a_shell_worker_drives_a_task_through_request_claim_heartbeat_progress_complet
     let requested = ledger.request_thumbnail(&media);
     assert_eq!(
         keys(&requested),
-        sorted(&["operation_id", "requested_revision", "created"]),
+        sorted(&["operation_id", "requested_revision", "created", "status"]),
         "{requested}"
     );
     assert_eq!(requested["created"], true);
+    assert_eq!(requested["status"], "queued");
     assert!(is_uuid(&requested["operation_id"]), "{requested}");
     let operation_id = text(&requested["operation_id"]);
     let revision = text(&requested["requested_revision"]);
@@ -197,6 +202,10 @@ fn a_shell_worker_drives_a_task_through_request_claim_heartbeat_progress_complet
     assert!(claim["region_id"].is_null(), "{claim}");
     assert_eq!(claim["task_kind"], "thumbnail");
     assert_eq!(text(&claim["revision"]), revision);
+    // Where the file is, for a worker that has only the claim.
+    assert_eq!(claim["path"], "/photos/beach.jpg");
+    assert_eq!(claim["media_kind"], "image");
+    assert_eq!(claim["content_digest"], claim["inputs"]["content_digest"]);
     assert_eq!(claim["attempt"], 1);
     assert_eq!(claim["inputs"]["max_side"], 256, "inputs are embedded JSON: {claim}");
     assert_eq!(claim["inputs"]["format"], "png");
@@ -452,9 +461,14 @@ fn bad_input_is_refused_with_exit_2_or_4_and_appends_nothing() {
         ),
         (request("--media", &media, "thumbnail", r#"[256]"#), 2, "object"),
         (
-            request("--media", &media, "thumbnail", r#"{"max_side": 256}"#),
+            request("--media", &media, "thumbnail", r#"{"max_side": -5}"#),
             2,
-            "format",
+            "\"max_side\" must be at least 1, not -5",
+        ),
+        (
+            request("--media", &media, "transcode", "{}"),
+            2,
+            "declared kinds: auto_tagging, caption, crop_embedding",
         ),
         (
             request("--media", "not-a-uuid", "thumbnail", THUMBNAIL_INPUTS),

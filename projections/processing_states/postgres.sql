@@ -1,7 +1,8 @@
--- processing_states, version 2 (PostgreSQL). See media_registry/postgres.sql
--- for the t: and r: placeholders. The task_kind CHECKs list exactly the
--- registry's kinds per target type (crates/domain/src/tasks.rs); a test
--- keeps them in step. Which kinds run on which target is enforced here.
+-- processing_states, version 4 (PostgreSQL). See media_registry/postgres.sql
+-- for the t: and r: placeholders. Each row's task kind is a declared kind of
+-- its table's target type: `task_target` is a constant of the table, and
+-- (task_kind, task_target) references task_kinds (name, target). Which
+-- kinds run on which target is enforced here.
 --
 -- What keeps claims cheap as finished history grows: claims and recovery
 -- read only partial indexes (claimable rows; held claims), whose size is the
@@ -14,7 +15,8 @@
 CREATE TABLE {{t:media_processing_states}} (
     operation_id       uuid        PRIMARY KEY,
     media_id           uuid        NOT NULL REFERENCES {{r:media}} (id) ON DELETE CASCADE,
-    task_kind          text        NOT NULL CHECK (task_kind IN ('metadata', 'thumbnail', 'perceptual_hash', 'auto_tagging', 'full_embedding')),
+    task_kind          text        NOT NULL,
+    task_target        text        NOT NULL DEFAULT 'media' CHECK (task_target = 'media'),
     status             text        NOT NULL CHECK (status IN (
         'pending', 'queued', 'leased', 'running', 'retry_waiting', 'succeeded', 'no_result',
         'missing_confirmed', 'not_applicable', 'blocked', 'failed_retryable', 'failed_terminal',
@@ -39,6 +41,7 @@ CREATE TABLE {{t:media_processing_states}} (
     updated_at         timestamptz NOT NULL,
     version            bigint      NOT NULL CHECK (version >= 1),
     UNIQUE (media_id, task_kind),
+    FOREIGN KEY (task_kind, task_target) REFERENCES {{r:task_kinds}} (name, target),
     -- A claimed task has a token, a worker, a claim time, a lease and the
     -- revision it runs; an unclaimed one has none of them.
     CHECK ((status IN ('leased', 'running')) = (claim_token IS NOT NULL)),
@@ -65,7 +68,8 @@ CREATE INDEX {{t:media_processing_states}}_claimed ON {{r:media_processing_state
 CREATE TABLE {{t:region_processing_states}} (
     operation_id       uuid        PRIMARY KEY,
     region_id          uuid        NOT NULL REFERENCES {{r:media_regions}} (id) ON DELETE CASCADE,
-    task_kind          text        NOT NULL CHECK (task_kind IN ('crop_embedding')),
+    task_kind          text        NOT NULL,
+    task_target        text        NOT NULL DEFAULT 'region' CHECK (task_target = 'region'),
     status             text        NOT NULL CHECK (status IN (
         'pending', 'queued', 'leased', 'running', 'retry_waiting', 'succeeded', 'no_result',
         'missing_confirmed', 'not_applicable', 'blocked', 'failed_retryable', 'failed_terminal',
@@ -90,6 +94,7 @@ CREATE TABLE {{t:region_processing_states}} (
     updated_at         timestamptz NOT NULL,
     version            bigint      NOT NULL CHECK (version >= 1),
     UNIQUE (region_id, task_kind),
+    FOREIGN KEY (task_kind, task_target) REFERENCES {{r:task_kinds}} (name, target),
     -- A claimed task has a token, a worker, a claim time, a lease and the
     -- revision it runs; an unclaimed one has none of them.
     CHECK ((status IN ('leased', 'running')) = (claim_token IS NOT NULL)),

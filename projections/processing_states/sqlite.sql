@@ -1,11 +1,13 @@
--- processing_states, version 2 (SQLite). See media_registry/sqlite.sql for
--- the t: and r: placeholders. The task_kind CHECKs list exactly the
--- registry's kinds per target type (crates/domain/src/tasks.rs); a test
--- keeps them in step. Which kinds run on which target is enforced here.
+-- processing_states, version 4 (SQLite). See media_registry/sqlite.sql for
+-- the t: and r: placeholders. Each row's task kind is a declared kind of
+-- its table's target type: `task_target` is a constant of the table, and
+-- (task_kind, task_target) references task_kinds (name, target). Which
+-- kinds run on which target is enforced here.
 CREATE TABLE {{t:media_processing_states}} (
     operation_id       TEXT    PRIMARY KEY NOT NULL,
     media_id           TEXT    NOT NULL REFERENCES {{r:media}} (id) ON DELETE CASCADE,
-    task_kind          TEXT    NOT NULL CHECK (task_kind IN ('metadata', 'thumbnail', 'perceptual_hash', 'auto_tagging', 'full_embedding')),
+    task_kind          TEXT    NOT NULL,
+    task_target        TEXT    NOT NULL DEFAULT 'media' CHECK (task_target = 'media'),
     status             TEXT    NOT NULL CHECK (status IN (
         'pending', 'queued', 'leased', 'running', 'retry_waiting', 'succeeded', 'no_result',
         'missing_confirmed', 'not_applicable', 'blocked', 'failed_retryable', 'failed_terminal',
@@ -30,6 +32,7 @@ CREATE TABLE {{t:media_processing_states}} (
     updated_at         TEXT    NOT NULL,
     version            INTEGER NOT NULL CHECK (version >= 1),
     UNIQUE (media_id, task_kind),
+    FOREIGN KEY (task_kind, task_target) REFERENCES {{r:task_kinds}} (name, target),
     -- A claimed task has a token, a worker, a claim time, a lease and the
     -- revision it runs; an unclaimed one has none of them.
     CHECK ((status IN ('leased', 'running')) = (claim_token IS NOT NULL)),
@@ -56,7 +59,8 @@ CREATE INDEX {{t:media_processing_states}}_claimed ON {{r:media_processing_state
 CREATE TABLE {{t:region_processing_states}} (
     operation_id       TEXT    PRIMARY KEY NOT NULL,
     region_id          TEXT    NOT NULL REFERENCES {{r:media_regions}} (id) ON DELETE CASCADE,
-    task_kind          TEXT    NOT NULL CHECK (task_kind IN ('crop_embedding')),
+    task_kind          TEXT    NOT NULL,
+    task_target        TEXT    NOT NULL DEFAULT 'region' CHECK (task_target = 'region'),
     status             TEXT    NOT NULL CHECK (status IN (
         'pending', 'queued', 'leased', 'running', 'retry_waiting', 'succeeded', 'no_result',
         'missing_confirmed', 'not_applicable', 'blocked', 'failed_retryable', 'failed_terminal',
@@ -81,6 +85,7 @@ CREATE TABLE {{t:region_processing_states}} (
     updated_at         TEXT    NOT NULL,
     version            INTEGER NOT NULL CHECK (version >= 1),
     UNIQUE (region_id, task_kind),
+    FOREIGN KEY (task_kind, task_target) REFERENCES {{r:task_kinds}} (name, target),
     -- A claimed task has a token, a worker, a claim time, a lease and the
     -- revision it runs; an unclaimed one has none of them.
     CHECK ((status IN ('leased', 'running')) = (claim_token IS NOT NULL)),

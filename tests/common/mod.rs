@@ -75,3 +75,19 @@ pub fn runtime() -> tokio::runtime::Runtime {
         .build()
         .expect("a tokio runtime")
 }
+
+/// The declaration files of the reference pipeline and of the example
+/// application pipeline, in the order they are applied.
+pub const PIPELINE_FILES: [&str; 2] = [
+    concat!(env!("CARGO_MANIFEST_DIR"), "/crates/media/kinds.toml"),
+    concat!(env!("CARGO_MANIFEST_DIR"), "/examples/pipeline.toml"),
+];
+
+/// Declares the pipeline's task kinds (`opledger kinds apply`) in the
+/// ledger at `database_url`.
+pub fn declare_pipeline(database_url: &str) {
+    for file in PIPELINE_FILES {
+        let output = run(binary().args(["kinds", "apply", file, "--database-url", database_url]));
+        assert_exit(&output, 0);
+    }
+}

@@ -132,6 +132,9 @@ impl GeneratedEvents {
                 inputs: json!({"longest_side": 256, "format": "webp"}),
                 status: OperationStatus::Queued,
                 priority: 0,
+                task: task_version
+                    .as_ref()
+                    .and_then(|_| opledger_domain::kinds::legacy::facts(kind)),
                 task_version,
             }),
             Event::OperationClaimed(OperationClaimed {

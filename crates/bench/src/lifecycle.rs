@@ -83,11 +83,20 @@ impl TaskLifecycleRun {
     }
 }
 
+/// The task kinds the lifecycle runs on every item.
+const LIFECYCLE_KINDS: [&str; 2] = ["metadata", "thumbnail"];
+
 /// Registers `media` items (half the tasks: each gets `metadata` and
 /// `thumbnail`), outside the measured part.
 pub async fn register_lifecycle_media<S: Store>(engine: &Engine<S>, media: u64) -> Result<Vec<MediaId>, EngineError> {
     use futures::StreamExt;
     let context = CommandContext::actor("bench");
+    // The kinds the lifecycle runs (appends nothing once declared).
+    let kinds = opledger_domain::kinds::legacy::declarations()
+        .into_iter()
+        .filter(|kind| LIFECYCLE_KINDS.contains(&kind.name.as_str()))
+        .collect();
+    engine.declare(&context, kinds).await?;
     let registered: Vec<Result<MediaId, EngineError>> = futures::stream::iter(0..media)
         .map(|item| {
             let (engine, context) = (engine.clone(), context.clone());

@@ -1,78 +1,14 @@
 //! Capabilities: what a media item can serve (metadata, a thumbnail, tags,
-//! an embedding, ...), which task kind produces each, and how a task's
-//! operation status reads as a capability status.
+//! an embedding, ...), and how a task's operation status reads as a
+//! capability status.
 //!
-//! A capability is per media item; each is produced by exactly one task
-//! kind, so a capability state follows that kind's one task operation on
-//! the item. Pure data and pure mapping: whether a produced version is stale
-//! is decided by the engine and recorded (`operation_stale`), never derived
-//! here from a registry that a later build may change.
+//! A capability is per media item; each is produced by exactly one declared
+//! task kind (`crate::kinds`), so a capability state follows that kind's one
+//! task operation on the item. Pure mapping: whether a produced version is
+//! stale is decided by the engine and recorded (`task_version_changed`),
+//! never derived here from a catalogue that may change later.
 
-use crate::error::DomainError;
 use crate::status::{CapabilityStatus, OperationStatus};
-use serde::Serialize;
-
-/// A capability and the task kind that produces it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct CapabilitySpec {
-    pub name: &'static str,
-    pub task_kind: &'static str,
-    /// A required capability that is confirmed missing needs a person
-    /// (review queue); an optional one that finds nothing ends `no_result`
-    /// and needs nobody.
-    pub required: bool,
-    pub purpose: &'static str,
-}
-
-/// Every capability this build knows, in display order.
-pub const CAPABILITIES: &[CapabilitySpec] = &[
-    CapabilitySpec {
-        name: "metadata",
-        task_kind: "metadata",
-        required: true,
-        purpose: "format, dimensions and size are known",
-    },
-    CapabilitySpec {
-        name: "thumbnail",
-        task_kind: "thumbnail",
-        required: true,
-        purpose: "a preview image exists",
-    },
-    CapabilitySpec {
-        name: "perceptual_hash",
-        task_kind: "perceptual_hash",
-        required: false,
-        purpose: "near-duplicates can be found",
-    },
-    CapabilitySpec {
-        name: "tags",
-        task_kind: "auto_tagging",
-        required: false,
-        purpose: "model-predicted tags exist",
-    },
-    CapabilitySpec {
-        name: "embedding",
-        task_kind: "full_embedding",
-        required: false,
-        purpose: "the item can be found by similarity",
-    },
-];
-
-/// The capability a task kind produces, if it produces one on media items.
-pub fn capability_for_task(task_kind: &str) -> Option<&'static CapabilitySpec> {
-    CAPABILITIES.iter().find(|capability| capability.task_kind == task_kind)
-}
-
-/// The capability named `name`.
-pub fn capability(name: &str) -> Result<&'static CapabilitySpec, DomainError> {
-    CAPABILITIES
-        .iter()
-        .find(|capability| capability.name == name)
-        .ok_or_else(|| {
-            let known: Vec<&str> = CAPABILITIES.iter().map(|capability| capability.name).collect();
-            DomainError::InvalidInput(format!("unknown capability {name:?}; known: {}", known.join(", ")))
-        })
-}
 
 /// How the status of the task producing a capability reads as the
 /// capability's status. `stale` says the result on hand was produced by a
@@ -103,18 +39,6 @@ pub fn capability_status(status: OperationStatus, stale: bool) -> CapabilityStat
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tasks::{task_kind, TargetType};
-
-    #[test]
-    fn every_capability_is_produced_by_a_media_task_kind() {
-        for capability in CAPABILITIES {
-            let kind = task_kind(capability.task_kind).unwrap();
-            assert_eq!(kind.target, TargetType::Media, "{}", capability.name);
-            assert_eq!(capability_for_task(kind.name), Some(capability));
-        }
-        assert!(capability_for_task("crop_embedding").is_none());
-        assert!(capability("lyrics").is_err());
-    }
 
     #[test]
     fn every_operation_status_maps_to_a_capability_status() {

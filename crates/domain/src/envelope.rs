@@ -27,6 +27,11 @@ impl StreamId {
     }
 
     /// Wraps a stored stream name as is.
+    /// The stream of task kind declarations.
+    pub fn task_kinds() -> Self {
+        StreamId(crate::kinds::TASK_KINDS_STREAM.to_string())
+    }
+
     pub fn from_stored(text: String) -> Self {
         StreamId(text)
     }

@@ -12,6 +12,7 @@
 
 use crate::error::DecodeError;
 use crate::ids::{BatchId, MediaId, OperationId, RegionId};
+use crate::kinds::{KindChange, KindDeclaration, TaskFacts};
 use crate::status::{IngestionStage, OperationStatus};
 use crate::time::Timestamp;
 use crate::transitions::Cause;
@@ -102,6 +103,28 @@ pub struct OperationCreated {
     /// existed read as `None` (unknown version).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task_version: Option<String>,
+    /// For a task operation, what its declared kind said when it was
+    /// requested (target, capability, required); `None` for operations
+    /// that are not tasks (file ingestions). Added in schema version 3;
+    /// the upcaster fills it for the kinds builds of then compiled in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<TaskFacts>,
+}
+
+/// A task kind was declared, or its declaration changed (a new version, or
+/// policy). On the `task_kinds` stream; the declaration is normalized.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskKindDeclared {
+    /// Boxed: declarations are rare and large, and every event is as big
+    /// as its largest variant.
+    pub declaration: Box<KindDeclaration>,
+    /// `declared`, `new_version` or `policy`.
+    pub change: KindChange,
+    /// The version recorded before, for a change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_version: Option<String>,
+    /// Why: `kinds apply`, or `upgrade` for the former built-in kinds.
+    pub reason: String,
 }
 
 /// An event that carries only the operation and a human-readable reason.
@@ -358,7 +381,7 @@ event_catalogue! {
     MediaRemoved(MediaRemoved) = "media_removed", v 1;
     RegionAdded(RegionAdded) = "region_added", v 1;
     RegionRemoved(RegionRemoved) = "region_removed", v 1;
-    OperationCreated(OperationCreated) = "operation_created", v 2;
+    OperationCreated(OperationCreated) = "operation_created", v 3;
     OperationQueued(OperationReason) = "operation_queued", v 1;
     OperationBlocked(OperationReason) = "operation_blocked", v 1;
     OperationUnblocked(OperationReason) = "operation_unblocked", v 1;
@@ -388,6 +411,7 @@ event_catalogue! {
     BatchCancelRequested(BatchCancelRequested) = "batch_cancel_requested", v 1;
     BatchResumed(BatchResumed) = "batch_resumed", v 1;
     ReviewResolved(ReviewResolved) = "review_resolved", v 1;
+    TaskKindDeclared(TaskKindDeclared) = "task_kind_declared", v 1;
 }
 
 impl Event {
@@ -478,7 +502,8 @@ impl Event {
             | Event::MediaUpdated(_)
             | Event::MediaRemoved(_)
             | Event::RegionAdded(_)
-            | Event::RegionRemoved(_) => return None,
+            | Event::RegionRemoved(_)
+            | Event::TaskKindDeclared(_) => return None,
         })
     }
 
@@ -513,6 +538,16 @@ impl Event {
     }
 }
 
+fn as_object(event_type: &str, payload: Value) -> Result<serde_json::Map<String, Value>, DecodeError> {
+    match payload {
+        Value::Object(object) => Ok(object),
+        other => Err(DecodeError::Malformed {
+            event_type: event_type.to_string(),
+            reason: format!("expected an object, found {}", crate::kinds::short(&other.to_string())),
+        }),
+    }
+}
+
 /// Lifts a payload written at `from_version` to the current schema version of
 /// its type, one version step at a time. Each step is a pure function of the
 /// old payload; steps are never removed, so every version ever written stays
@@ -536,6 +571,21 @@ pub fn upcast(event_type: &str, from_version: u32, mut payload: Value) -> Result
                     }
                 };
                 object.entry("priority").or_insert(Value::from(0));
+                Value::Object(object)
+            }
+            // v2 → v3: task operations carry their kind's facts. Builds that
+            // wrote v2 compiled six kinds in; an operation of any other kind
+            // was not a task.
+            ("operation_created", 2) => {
+                let mut object = as_object(event_type, payload)?;
+                let facts = object
+                    .get("kind")
+                    .and_then(Value::as_str)
+                    .and_then(crate::kinds::legacy::facts);
+                if let Some(facts) = facts {
+                    let facts = serde_json::to_value(facts).expect("task facts serialize");
+                    object.entry("task").or_insert(facts);
+                }
                 Value::Object(object)
             }
             _ => {

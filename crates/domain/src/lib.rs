@@ -17,6 +17,7 @@ pub mod envelope;
 pub mod error;
 pub mod events;
 pub mod ids;
+pub mod kinds;
 pub mod lease;
 pub mod projections;
 pub mod review;

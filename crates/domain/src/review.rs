@@ -6,7 +6,6 @@
 //! finds nothing (`no_result`) needs nobody. Routing is a pure function of
 //! the operation's kind and status, tested as a table.
 
-use crate::capabilities::capability_for_task;
 use crate::projections::INGESTION_FILE;
 use crate::status::OperationStatus;
 use serde::{Deserialize, Serialize};
@@ -49,17 +48,16 @@ impl fmt::Display for ReasonCode {
 }
 
 /// The routing policy: whether an operation of `kind` that reached `status`
-/// gets a review entry, and why.
-pub fn route(kind: &str, status: OperationStatus) -> Option<ReasonCode> {
+/// gets a review entry, and why. `required`: whether the capability the
+/// operation produces is required (false when it produces none).
+pub fn route(kind: &str, status: OperationStatus, required: bool) -> Option<ReasonCode> {
     use OperationStatus as O;
     match status {
         O::FailedTerminal => Some(ReasonCode::FailedTerminal),
         O::DeadLettered => Some(ReasonCode::DeadLettered),
         O::Blocked => Some(ReasonCode::Blocked),
         O::MissingConfirmed if kind == INGESTION_FILE => Some(ReasonCode::SourceMissing),
-        O::MissingConfirmed => {
-            capability_for_task(kind).and_then(|capability| capability.required.then_some(ReasonCode::MissingRequired))
-        }
+        O::MissingConfirmed => required.then_some(ReasonCode::MissingRequired),
         O::Pending
         | O::Queued
         | O::Leased
@@ -175,12 +173,19 @@ mod tests {
     /// kind, an optional one's, a kind with no capability, and ingestion.
     #[test]
     fn routing_table() {
-        let kinds = ["metadata", "perceptual_hash", "crop_embedding", INGESTION_FILE];
+        let kinds = [
+            ("metadata", true),
+            ("perceptual_hash", false),
+            ("crop_embedding", false),
+            (INGESTION_FILE, false),
+        ];
         let mut lines = Vec::new();
         for status in OperationStatus::ALL {
             let row: Vec<String> = kinds
                 .iter()
-                .map(|kind| route(kind, *status).map_or("-".to_string(), |code| code.to_string()))
+                .map(|(kind, required)| {
+                    route(kind, *status, *required).map_or("-".to_string(), |code| code.to_string())
+                })
                 .collect();
             lines.push(format!("{status}: {}", row.join(" | ")));
         }

@@ -1,18 +1,11 @@
-//! The registry of task kinds: what each kind runs on, its current version,
-//! which inputs determine its result, and how it retries.
-//!
-//! A task kind is declared once, here, and everything else reads it: the
-//! request command validates inputs against it, the revision hashes its
-//! version with the inputs, the fail and recovery commands take their retry
-//! policy from it, and the processing-state tables' CHECK constraints list
-//! exactly its kinds per target type (a test keeps the DDL and this list in
-//! step). Pure data and pure arithmetic: the jitter a retry uses is drawn by
-//! the engine and passed in.
+//! What every task kind has, whoever declares it: the target it runs on,
+//! its retry policy with the backoff arithmetic, and the statuses a worker
+//! may claim from. The kinds themselves are declared by the application
+//! (`crate::kinds`). Pure data and pure arithmetic: the jitter a retry
+//! uses is drawn by the engine and passed in.
 
-use crate::error::DomainError;
 use crate::status::OperationStatus;
-use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 
 /// What a task kind runs on; each has its own processing-state table.
@@ -34,18 +27,34 @@ impl fmt::Display for TargetType {
     }
 }
 
+impl std::str::FromStr for TargetType {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text {
+            "media" => Ok(TargetType::Media),
+            "region" => Ok(TargetType::Region),
+            other => Err(format!("unknown target type {other:?}; known: media, region")),
+        }
+    }
+}
+
 /// What happens when a task kind runs out of error retries.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Exhausted {
     /// `failed_terminal`: the failure is final and goes to review.
+    #[serde(rename = "failed_terminal")]
     FailTerminal,
     /// `dead_lettered`: parked for an operator, who may retry it later.
+    #[serde(rename = "dead_lettered")]
     DeadLetter,
 }
 
 /// How a task kind retries application errors and survives interruptions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+/// Declared as `retry = { max_attempts = 5, jitter = 0.25, ... }`; every
+/// field has the default of [`RetryPolicy::DEFAULT`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct RetryPolicy {
     /// Attempts that may end in an application error; the last one's
     /// failure is final ([`RetryPolicy::exhausted`]).
@@ -55,7 +64,9 @@ pub struct RetryPolicy {
     pub base_backoff_ms: i64,
     pub max_backoff_ms: i64,
     /// Up to this share (per mille) of the backoff is added as jitter, drawn
-    /// by the command and recorded, so replay never draws again.
+    /// by the command and recorded, so replay never draws again. Declared
+    /// as a fraction (`jitter = 0.25`).
+    #[serde(rename = "jitter", serialize_with = "jitter_out", deserialize_with = "jitter_in")]
     pub jitter_per_mille: i64,
     pub exhausted: Exhausted,
     /// Interruptions (crashes, expired leases) are not the item's fault and
@@ -78,6 +89,32 @@ impl RetryPolicy {
         requeue_after_interruption: true,
     };
 
+    /// Whether the policy can be followed; `Err` says why not.
+    pub fn check(&self) -> Result<(), String> {
+        if !(1..=1_000).contains(&self.max_attempts) {
+            return Err(format!("max_attempts must be 1 to 1000, not {}", self.max_attempts));
+        }
+        if self.base_backoff_ms < 0 || self.max_backoff_ms < self.base_backoff_ms {
+            return Err(format!(
+                "backoffs must satisfy 0 <= base_backoff_ms ({}) <= max_backoff_ms ({})",
+                self.base_backoff_ms, self.max_backoff_ms
+            ));
+        }
+        if self.max_backoff_ms > 30 * 86_400_000 {
+            return Err("max_backoff_ms must be at most 30 days".to_string());
+        }
+        if !(0..=1_000).contains(&self.jitter_per_mille) {
+            return Err("jitter must be between 0 and 1".to_string());
+        }
+        if self.max_interruptions > 1_000 {
+            return Err(format!(
+                "max_interruptions must be at most 1000, not {}",
+                self.max_interruptions
+            ));
+        }
+        Ok(())
+    }
+
     /// The backoff before the retry that follows failure number
     /// `failures` (1 for the first failure), without jitter.
     pub fn backoff_ms(&self, failures: u32) -> i64 {
@@ -93,326 +130,31 @@ impl RetryPolicy {
     }
 }
 
-/// One input of a task kind.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct InputSpec {
-    pub name: &'static str,
-    pub kind: InputKind,
-    pub required: bool,
-    /// Filled from the target (the media item's digest, the region's box)
-    /// when the caller leaves it out.
-    pub from_target: bool,
-}
-
-/// The JSON type an input must have.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum InputKind {
-    String,
-    Integer,
-    Number,
-    Object,
-}
-
-impl InputKind {
-    fn accepts(self, value: &Value) -> bool {
-        match self {
-            InputKind::String => value.is_string(),
-            // 256.0 is the integer 256 (and canonicalizes to the same text).
-            InputKind::Integer => {
-                value.is_i64() || value.is_u64() || value.as_f64().is_some_and(|number| number.fract() == 0.0)
-            }
-            InputKind::Number => value.is_number(),
-            InputKind::Object => value.is_object(),
-        }
-    }
-
-    fn name(self) -> &'static str {
-        match self {
-            InputKind::String => "a string",
-            InputKind::Integer => "an integer",
-            InputKind::Number => "a number",
-            InputKind::Object => "an object",
-        }
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy::DEFAULT
     }
 }
 
-/// A declared task kind.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct TaskKindSpec {
-    pub name: &'static str,
-    pub target: TargetType,
-    /// The implementation / model / package version. Part of every
-    /// revision: a new version makes a new revision, so results produced by
-    /// an older version are recognisably older.
-    pub version: &'static str,
-    pub inputs: &'static [InputSpec],
-    pub policy: RetryPolicy,
-    /// What the kind is for, for `docs/revision.md` and error messages.
-    pub purpose: &'static str,
-    /// JSON object of input values used when a batch or an ingest requests
-    /// the kind without saying (e.g. a thumbnail's size and format). Part
-    /// of the inputs, so part of the revision like any given value.
-    pub defaults: &'static str,
+fn jitter_out<S: Serializer>(per_mille: &i64, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_f64(*per_mille as f64 / 1_000.0)
 }
 
-const fn input(name: &'static str, kind: InputKind) -> InputSpec {
-    InputSpec {
-        name,
-        kind,
-        required: true,
-        from_target: false,
+fn jitter_in<'de, D: Deserializer<'de>>(deserializer: D) -> Result<i64, D::Error> {
+    let fraction = f64::deserialize(deserializer)?;
+    if !(0.0..=1.0).contains(&fraction) {
+        // Out of range is kept out of range, for `check` to name.
+        return Ok(if fraction < 0.0 { -1 } else { 1_001 });
     }
-}
-
-const fn optional(name: &'static str, kind: InputKind) -> InputSpec {
-    InputSpec {
-        name,
-        kind,
-        required: false,
-        from_target: false,
-    }
-}
-
-const fn from_target(name: &'static str, kind: InputKind) -> InputSpec {
-    InputSpec {
-        name,
-        kind,
-        required: true,
-        from_target: true,
-    }
-}
-
-const CONTENT_DIGEST: InputSpec = from_target("content_digest", InputKind::String);
-
-/// Every task kind this build knows, media kinds first.
-pub const TASK_KINDS: &[TaskKindSpec] = &[
-    TaskKindSpec {
-        name: "metadata",
-        target: TargetType::Media,
-        version: "1",
-        inputs: &[CONTENT_DIGEST, optional("extractor", InputKind::String)],
-        policy: RetryPolicy::DEFAULT,
-        purpose: "format, dimensions and byte size of a media item",
-        defaults: r#"{}"#,
-    },
-    TaskKindSpec {
-        name: "thumbnail",
-        target: TargetType::Media,
-        version: "1",
-        inputs: &[
-            CONTENT_DIGEST,
-            input("max_side", InputKind::Integer),
-            input("format", InputKind::String),
-        ],
-        policy: RetryPolicy::DEFAULT,
-        purpose: "a small preview image, written atomically under a name derived from the revision",
-        defaults: r#"{"max_side": 256, "format": "png"}"#,
-    },
-    TaskKindSpec {
-        name: "perceptual_hash",
-        target: TargetType::Media,
-        version: "1",
-        inputs: &[CONTENT_DIGEST, input("algorithm", InputKind::String)],
-        policy: RetryPolicy::DEFAULT,
-        purpose: "a 64-bit perceptual hash for near-duplicate detection",
-        defaults: r#"{"algorithm": "dhash64"}"#,
-    },
-    TaskKindSpec {
-        name: "auto_tagging",
-        target: TargetType::Media,
-        version: "1",
-        inputs: &[
-            CONTENT_DIGEST,
-            input("model", InputKind::String),
-            input("model_revision", InputKind::String),
-            optional("threshold", InputKind::Number),
-        ],
-        policy: RetryPolicy {
-            exhausted: Exhausted::DeadLetter,
-            ..RetryPolicy::DEFAULT
-        },
-        purpose: "tags predicted by a model",
-        defaults: r#"{}"#,
-    },
-    TaskKindSpec {
-        name: "full_embedding",
-        target: TargetType::Media,
-        version: "1",
-        inputs: &[
-            CONTENT_DIGEST,
-            input("model", InputKind::String),
-            input("model_revision", InputKind::String),
-            input("embedding_version", InputKind::String),
-        ],
-        policy: RetryPolicy {
-            exhausted: Exhausted::DeadLetter,
-            ..RetryPolicy::DEFAULT
-        },
-        purpose: "an embedding vector of the whole item",
-        defaults: r#"{}"#,
-    },
-    TaskKindSpec {
-        name: "crop_embedding",
-        target: TargetType::Region,
-        version: "1",
-        inputs: &[
-            CONTENT_DIGEST,
-            from_target("bbox", InputKind::Object),
-            from_target("region_revision", InputKind::Integer),
-            input("model", InputKind::String),
-            input("model_revision", InputKind::String),
-            input("embedding_version", InputKind::String),
-        ],
-        policy: RetryPolicy {
-            exhausted: Exhausted::DeadLetter,
-            ..RetryPolicy::DEFAULT
-        },
-        purpose: "an embedding vector of one region (crop) of an item",
-        defaults: r#"{}"#,
-    },
-];
-
-/// The task kind named `name`.
-pub fn task_kind(name: &str) -> Result<&'static TaskKindSpec, DomainError> {
-    TASK_KINDS.iter().find(|kind| kind.name == name).ok_or_else(|| {
-        let known: Vec<&str> = TASK_KINDS.iter().map(|kind| kind.name).collect();
-        DomainError::InvalidInput(format!("unknown task kind {name:?}; known kinds: {}", known.join(", ")))
-    })
-}
-
-/// The names of the kinds that run on `target`, in registry order.
-pub fn kinds_for(target: TargetType) -> Vec<&'static str> {
-    TASK_KINDS
-        .iter()
-        .filter(|kind| kind.target == target)
-        .map(|kind| kind.name)
-        .collect()
+    Ok((fraction * 1_000.0).round() as i64)
 }
 
 /// The statuses a worker may claim from (with `available_at <= now`).
 pub const CLAIMABLE_STATUSES: &[OperationStatus] = &[OperationStatus::Queued, OperationStatus::RetryWaiting];
 
-impl TaskKindSpec {
-    /// Checks the caller's inputs against the kind and fills the inputs the
-    /// target provides (`target_values`) where the caller left them out.
-    /// Returns the complete inputs: what is hashed into the revision and
-    /// what the claim hands to the worker.
-    pub fn complete_inputs(
-        &self,
-        inputs: &Value,
-        target_values: &Map<String, Value>,
-    ) -> Result<Map<String, Value>, DomainError> {
-        let Value::Object(given) = inputs else {
-            return Err(DomainError::InvalidInput(format!(
-                "{} inputs must be a JSON object, not {}",
-                self.name,
-                json_type(inputs)
-            )));
-        };
-        // An input given as null is an input left out: both must hash alike.
-        let mut complete: Map<String, Value> = given
-            .iter()
-            .filter(|(_, value)| !value.is_null())
-            .map(|(key, value)| (key.clone(), value.clone()))
-            .collect();
-        for spec in self.inputs {
-            if spec.from_target && !complete.contains_key(spec.name) {
-                if let Some(value) = target_values.get(spec.name) {
-                    complete.insert(spec.name.to_string(), value.clone());
-                }
-            }
-            match complete.get(spec.name) {
-                None | Some(Value::Null) if spec.required => {
-                    let hint = if spec.from_target {
-                        " (and the target has none to fill it with)"
-                    } else {
-                        ""
-                    };
-                    return Err(DomainError::InvalidInput(format!(
-                        "{} needs input {:?}{hint}",
-                        self.name, spec.name
-                    )));
-                }
-                Some(value) if !value.is_null() && !spec.kind.accepts(value) => {
-                    return Err(DomainError::InvalidInput(format!(
-                        "{} input {:?} must be {}, not {}",
-                        self.name,
-                        spec.name,
-                        spec.kind.name(),
-                        json_type(value)
-                    )));
-                }
-                _ => {}
-            }
-        }
-        let unknown: Vec<&str> = complete
-            .keys()
-            .filter(|key| !self.inputs.iter().any(|spec| spec.name == key.as_str()))
-            .map(String::as_str)
-            .collect();
-        if !unknown.is_empty() {
-            let known: Vec<&str> = self.inputs.iter().map(|spec| spec.name).collect();
-            return Err(DomainError::InvalidInput(format!(
-                "{} does not take input(s) {}; it takes: {}",
-                self.name,
-                unknown.join(", "),
-                known.join(", ")
-            )));
-        }
-        Ok(complete)
-    }
-}
-
-fn json_type(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn kind_names_are_unique_and_have_inputs() {
-        for (index, kind) in TASK_KINDS.iter().enumerate() {
-            assert!(
-                TASK_KINDS[index + 1..].iter().all(|other| other.name != kind.name),
-                "{} declared twice",
-                kind.name
-            );
-            assert!(kind.inputs.iter().any(|input| input.name == "content_digest"));
-        }
-    }
-
-    #[test]
-    fn defaults_are_objects_of_declared_inputs() {
-        let target: Map<String, Value> = [("content_digest".to_string(), json!("abc"))].into_iter().collect();
-        for kind in TASK_KINDS {
-            let defaults: Value = serde_json::from_str(kind.defaults).unwrap();
-            assert!(defaults.is_object(), "{}", kind.name);
-            for name in defaults.as_object().unwrap().keys() {
-                assert!(
-                    kind.inputs.iter().any(|input| input.name == name),
-                    "{} default {name}",
-                    kind.name
-                );
-            }
-        }
-        // The kinds an ingest runs need nothing beyond their defaults.
-        for name in ["metadata", "thumbnail", "perceptual_hash"] {
-            let kind = task_kind(name).unwrap();
-            let defaults: Value = serde_json::from_str(kind.defaults).unwrap();
-            kind.complete_inputs(&defaults, &target).unwrap();
-        }
-    }
 
     #[test]
     fn backoff_doubles_up_to_the_cap() {
@@ -422,42 +164,5 @@ mod tests {
         assert_eq!(policy.backoff_ms(3), 4_000);
         assert_eq!(policy.backoff_ms(60), 600_000);
         assert_eq!(policy.max_jitter_ms(4_000), 1_000);
-    }
-
-    #[test]
-    fn inputs_are_checked_and_filled_from_the_target() {
-        let thumbnail = task_kind("thumbnail").unwrap();
-        let target: Map<String, Value> = [("content_digest".to_string(), json!("abc"))].into_iter().collect();
-        let complete = thumbnail
-            .complete_inputs(&json!({"max_side": 256, "format": "png"}), &target)
-            .unwrap();
-        assert_eq!(complete["content_digest"], "abc");
-        let given = thumbnail
-            .complete_inputs(
-                &json!({"max_side": 256, "format": "png", "content_digest": "mine"}),
-                &target,
-            )
-            .unwrap();
-        assert_eq!(given["content_digest"], "mine", "the caller's value wins");
-
-        let refusals = [
-            json!([1]),
-            json!({"max_side": 256}),
-            json!({"max_side": "big", "format": "png"}),
-            json!({"max_side": 256, "format": "png", "colour": "red"}),
-        ];
-        for inputs in refusals {
-            assert!(
-                matches!(
-                    thumbnail.complete_inputs(&inputs, &target),
-                    Err(DomainError::InvalidInput(_))
-                ),
-                "{inputs} should be refused"
-            );
-        }
-        assert!(thumbnail
-            .complete_inputs(&json!({"max_side": 256, "format": "png"}), &Map::new())
-            .is_err());
-        assert!(task_kind("transcode").is_err());
     }
 }

@@ -20,7 +20,7 @@ use crate::events::{
 };
 use crate::lease::LeaseMs;
 use crate::projections::ProcessingStateRow;
-use crate::tasks::{task_kind, Exhausted, RetryPolicy, CLAIMABLE_STATUSES};
+use crate::tasks::{Exhausted, RetryPolicy, CLAIMABLE_STATUSES};
 use crate::time::Timestamp;
 use crate::transitions::{self, Cause};
 use serde_json::Value;
@@ -151,11 +151,13 @@ fn superseded(row: &ProcessingStateRow) -> bool {
 /// A worker's report of how its claim ended: refused as a conflict unless
 /// the claim still holds the task, else the events that record it. `now`
 /// and `jitter_draw` are used by a retryable failure only: its retry is
-/// due after a backoff from `now`, plus the jitter the draw picks.
+/// due after a backoff from `now`, plus the jitter the draw picks, as the
+/// kind's declared `policy` says.
 pub fn decide_report(
     row: &ProcessingStateRow,
     fence: &Fence,
     outcome: ClaimOutcome,
+    policy: &RetryPolicy,
     now: Timestamp,
     jitter_draw: u32,
 ) -> Result<Vec<Event>, DomainError> {
@@ -163,10 +165,7 @@ pub fn decide_report(
     let claim_token = fence.claim_token.as_str();
     match outcome {
         ClaimOutcome::Complete(completion) => complete(row, claim_token, completion),
-        ClaimOutcome::Fail { error, terminal } => {
-            let policy = task_kind(&row.task_kind)?.policy;
-            fail(row, claim_token, &error, terminal, &policy, now, jitter_draw)
-        }
+        ClaimOutcome::Fail { error, terminal } => fail(row, claim_token, &error, terminal, policy, now, jitter_draw),
         ClaimOutcome::AcknowledgeCancel => acknowledge_cancel(row).map(|event| vec![event]),
     }
 }

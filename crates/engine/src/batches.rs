@@ -15,7 +15,7 @@ use crate::error::EngineError;
 use crate::load::load_operations;
 use crate::reactions::settlement_reason;
 use crate::tx::{commit_appends, CommandContext, Decided, Stamp};
-use crate::work::{inputs_with_defaults, request_in_tx, TaskRequest, TaskTarget};
+use crate::work::{request_in_tx, TaskRequest, TaskTarget};
 use crate::Engine;
 use opledger_domain::batches::{decide_item_cancel, decide_item_resume, is_active, settled_outcome, ItemOutcome};
 use opledger_domain::events::{
@@ -24,7 +24,6 @@ use opledger_domain::events::{
 use opledger_domain::projections::{
     batch_key, BatchItemRow, BatchRow, Cell, OperationRow, Row, RowKey, WorkingSet, BATCHES_TABLE, BATCH_ITEMS_TABLE,
 };
-use opledger_domain::tasks::task_kind;
 use opledger_domain::{BatchId, MediaId, NewEvent, OperationId, StreamId};
 use opledger_store::{ExpectedVersion, Store, StreamAppend, WriteTx};
 use serde::Serialize;
@@ -44,7 +43,7 @@ pub struct BatchRequest {
     pub name: String,
     pub media: Vec<MediaId>,
     pub kinds: Vec<String>,
-    /// Inputs per kind, over the kind's defaults (`TaskKindSpec::defaults`).
+    /// Inputs per kind; what is left out takes the kind's declared defaults.
     pub inputs: BTreeMap<String, Value>,
     pub priority: i32,
 }
@@ -83,9 +82,8 @@ impl<S: Store> Engine<S> {
         }
         let mut kinds: Vec<String> = Vec::new();
         for kind in &request.kinds {
-            let spec = task_kind(kind)?;
-            if !kinds.iter().any(|known| known == spec.name) {
-                kinds.push(spec.name.to_string());
+            if !kinds.iter().any(|known| known == kind) {
+                kinds.push(kind.clone());
             }
         }
         if let Some(unused) = request.inputs.keys().find(|kind| !kinds.contains(kind)) {
@@ -104,7 +102,11 @@ impl<S: Store> Engine<S> {
         let mut requests = Vec::with_capacity(media.len() * kinds.len());
         for media_id in &media {
             for kind in &kinds {
-                let inputs = inputs_with_defaults(kind, request.inputs.get(kind))?;
+                let inputs = request
+                    .inputs
+                    .get(kind)
+                    .cloned()
+                    .unwrap_or_else(|| Value::Object(serde_json::Map::new()));
                 requests.push(TaskRequest {
                     target: TaskTarget::Media(*media_id),
                     kind: kind.clone(),
@@ -113,9 +115,24 @@ impl<S: Store> Engine<S> {
                 });
             }
         }
-        let labels: Vec<String> = media
+        self.create_task_batch(context, name, kinds, requests).await
+    }
+
+    /// Creates a batch of these task requests (each at its own inputs),
+    /// as [`Engine::create_batch`] does for every kind on every item.
+    pub(crate) async fn create_task_batch(
+        &self,
+        context: &CommandContext,
+        name: String,
+        kinds: Vec<String>,
+        requests: Vec<TaskRequest>,
+    ) -> Result<BatchView, EngineError> {
+        let labels: Vec<String> = requests
             .iter()
-            .flat_map(|media_id| kinds.iter().map(move |kind| format!("{media_id}/{kind}")))
+            .map(|request| match request.target {
+                TaskTarget::Media(media_id) => format!("{media_id}/{}", request.kind),
+                TaskTarget::Region(region_id) => format!("region {region_id}/{}", request.kind),
+            })
             .collect();
         let prepared = self.prepare_requests(requests);
         let batch_id = BatchId(self.ids.next());

@@ -8,7 +8,7 @@
 //! transaction commits. A refusal returns before anything is appended.
 
 use crate::error::EngineError;
-use crate::load::{load_media, load_operation};
+use crate::load::{load_kinds, load_media, load_operation};
 use crate::tx::{append_and_fold, CommandContext, Decided};
 use crate::work::cancel_tasks_of_removed_target;
 use crate::Engine;
@@ -229,12 +229,6 @@ impl<S: Store> Engine<S> {
         if operation.kind.trim().is_empty() {
             return Err(EngineError::invalid("an operation needs a kind"));
         }
-        if opledger_domain::tasks::task_kind(&operation.kind).is_ok() {
-            return Err(EngineError::invalid(format!(
-                "{} is a task kind: request it with request_task (`opledger task request`), which computes its revision",
-                operation.kind
-            )));
-        }
         if !INITIAL_STATUSES.contains(&operation.status) {
             return Err(EngineError::invalid(format!(
                 "an operation cannot start {}; it starts one of: {}",
@@ -250,6 +244,12 @@ impl<S: Store> Engine<S> {
         let stamp = self.stamp(context);
         self.command(move |tx, rows| {
             Box::pin(async move {
+                if !load_kinds(tx, rows, [operation.kind.as_str()]).await?.is_empty() {
+                    return Err(EngineError::invalid(format!(
+                        "{} is a task kind: request it with request_task (`opledger task request`), which computes its revision",
+                        operation.kind
+                    )));
+                }
                 if let Some(media_id) = operation.target.media_id {
                     load_media(tx, rows, media_id).await?;
                 }
@@ -270,6 +270,7 @@ impl<S: Store> Engine<S> {
                     priority: operation.priority,
                     // Not a task kind (refused above): no task version.
                     task_version: None,
+                    task: None,
                 });
                 let append = StreamAppend {
                     stream_id: StreamId::operation(operation_id),

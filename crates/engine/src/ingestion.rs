@@ -11,7 +11,7 @@
 
 use crate::error::EngineError;
 use crate::tx::{commit_appends, CommandContext, Decided, Stamp};
-use crate::work::{inputs_with_defaults, request_in_tx, TaskRequest, TaskTarget};
+use crate::work::{request_in_tx, TaskRequest, TaskTarget};
 use crate::Engine;
 use opledger_domain::decide::{decide_operation, OperationCommand};
 use opledger_domain::events::{Event, MediaRegistered, MediaUpdated, OperationCreated, OperationTarget};
@@ -113,6 +113,7 @@ impl Chain {
             status: OperationStatus::Queued,
             priority: 0,
             task_version: None,
+            task: None,
         });
         Chain {
             row: new_ingestion_row(operation_id, file, now),
@@ -375,7 +376,8 @@ impl<S: Store> Engine<S> {
                 requests.push(TaskRequest {
                     target: TaskTarget::Media(media_id),
                     kind: kind.to_string(),
-                    inputs: inputs_with_defaults(kind, None)?,
+                    // The kind's declared defaults fill every input.
+                    inputs: serde_json::Value::Object(serde_json::Map::new()),
                     priority: 0,
                 });
             }
@@ -385,7 +387,7 @@ impl<S: Store> Engine<S> {
         // The id each request's task would get if it is new.
         let new_ids: Vec<Option<OperationId>> = prepared
             .iter()
-            .map(|item| item.as_ref().ok().map(|(_, _, _, operation_id)| *operation_id))
+            .map(|item| item.as_ref().ok().map(|(_, operation_id)| *operation_id))
             .collect();
         let per_file = kinds.len();
         let stamp = self.stamp(context);

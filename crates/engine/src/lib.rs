@@ -16,6 +16,7 @@ mod commands;
 mod error;
 mod fold;
 mod ingestion;
+mod kinds;
 mod load;
 mod queries;
 mod reactions;
@@ -31,6 +32,10 @@ pub use commands::NewOperation;
 pub use error::EngineError;
 pub use fold::{fold_events, FOLD_CHUNK};
 pub use ingestion::{FileObservation, IngestionClaim, Registered, Registration};
+pub use kinds::{
+    parse_kinds, KindReport, KindStatus, KindsDocument, KindsReport, LocatedKind, ReprocessOutcome, APPLY_REASON,
+    MAX_KINDS_FILE_BYTES,
+};
 pub use opledger_domain::lease::{LeaseMs, MAX_LEASE_MS};
 pub use opledger_domain::work::{ClaimOutcome, Completion, Fence};
 pub use queries::{BatchSummary, ProjectionLag, StatusReport};
@@ -43,7 +48,6 @@ pub use work::{
 };
 
 use opledger_store::Store;
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// The engine over one store.
@@ -56,9 +60,6 @@ pub struct Engine<S: Store> {
     jitter: Arc<dyn Jitter>,
     /// Events per transaction in catch-up, shadow rebuilds and replay.
     fold_chunk: usize,
-    /// Task kinds whose current version differs from the registry's (a
-    /// deployment running a newer model than the build declares, or a test).
-    task_versions: Arc<BTreeMap<String, String>>,
 }
 
 impl<S: Store> Engine<S> {
@@ -75,7 +76,6 @@ impl<S: Store> Engine<S> {
             ids,
             jitter: Arc::new(RandomJitter),
             fold_chunk: FOLD_CHUNK,
-            task_versions: Arc::new(BTreeMap::new()),
         }
     }
 
@@ -97,30 +97,6 @@ impl<S: Store> Engine<S> {
     pub fn with_jitter(mut self, jitter: Arc<dyn Jitter>) -> Self {
         self.jitter = jitter;
         self
-    }
-
-    /// Declares the current version of a task kind, overriding the
-    /// registry's (`crates/domain/src/tasks.rs`): new requests compute their
-    /// revision with it, and startup marks results produced by any other
-    /// version stale. Refused for a kind the registry does not know.
-    pub fn with_task_version(mut self, task_kind: &str, version: &str) -> Result<Self, EngineError> {
-        let kind = opledger_domain::tasks::task_kind(task_kind)?;
-        if version.trim().is_empty() {
-            return Err(EngineError::invalid(format!(
-                "the version of {} must not be empty",
-                kind.name
-            )));
-        }
-        Arc::make_mut(&mut self.task_versions).insert(kind.name.to_string(), version.to_string());
-        Ok(self)
-    }
-
-    /// The current version of a task kind: the override, or the registry's.
-    pub fn task_version<'a>(&'a self, task_kind: &'a str) -> &'a str {
-        match self.task_versions.get(task_kind) {
-            Some(version) => version,
-            None => opledger_domain::tasks::task_kind(task_kind).map_or("", |kind| kind.version),
-        }
     }
 
     pub fn store(&self) -> &S {

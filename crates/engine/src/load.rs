@@ -4,7 +4,8 @@
 
 use crate::error::EngineError;
 use opledger_domain::projections::{
-    media_key, operation_key, MediaRow, OperationRow, Row, RowKey, WorkingSet, MEDIA_TABLE, OPERATIONS_TABLE,
+    media_key, operation_key, task_kind_key, MediaRow, OperationRow, Row, RowKey, TaskKindRow, WorkingSet, MEDIA_TABLE,
+    OPERATIONS_TABLE, TASK_KINDS_TABLE,
 };
 use opledger_domain::{MediaId, OperationId};
 use opledger_store::WriteTx;
@@ -75,4 +76,69 @@ pub(crate) async fn load_media<T: WriteTx>(
         }
         _ => Err(EngineError::not_found("media", media_id)),
     }
+}
+
+/// The task kind rows of these names (absent ones are missing from the
+/// map), loaded into the working set so the fold of the command's appends
+/// finds them there.
+pub(crate) async fn load_kinds<T: WriteTx>(
+    tx: &mut T,
+    rows: &mut WorkingSet,
+    names: impl IntoIterator<Item = &str>,
+) -> Result<BTreeMap<String, TaskKindRow>, EngineError> {
+    let names: BTreeSet<String> = names.into_iter().map(str::to_string).collect();
+    let unknown: Vec<String> = names
+        .iter()
+        .filter(|name| !rows.is_known(&task_kind_key(name)))
+        .cloned()
+        .collect();
+    if !unknown.is_empty() {
+        let loaded = tx.load_rows(&TASK_KINDS_TABLE, &unknown).await?;
+        for name in &unknown {
+            rows.insert_loaded(task_kind_key(name), None);
+        }
+        for row in loaded {
+            rows.insert_loaded(row.key(), Some(row));
+        }
+    }
+    Ok(names
+        .into_iter()
+        .filter_map(|name| match rows.get(&task_kind_key(&name)) {
+            Some(Row::TaskKind(row)) => Some((name, row.clone())),
+            _ => None,
+        })
+        .collect())
+}
+
+/// Every task kind row, in name order.
+pub(crate) async fn all_kinds<T: WriteTx>(tx: &mut T) -> Result<Vec<TaskKindRow>, EngineError> {
+    let mut kinds: Vec<TaskKindRow> = tx
+        .find_rows(&TASK_KINDS_TABLE, &[], usize::MAX)
+        .await?
+        .into_iter()
+        .filter_map(|row| match row {
+            Row::TaskKind(row) => Some(row),
+            _ => None,
+        })
+        .collect();
+    kinds.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(kinds)
+}
+
+/// The refusal of a kind that is not declared, naming those that are.
+pub(crate) fn undeclared(name: &str, kinds: &[TaskKindRow]) -> EngineError {
+    let declared: Vec<&str> = kinds
+        .iter()
+        .filter(|row| row.declared)
+        .map(|row| row.name.as_str())
+        .collect();
+    let shown: String = name.chars().take(64).collect();
+    EngineError::invalid(format!(
+        "task kind {shown:?} is not declared; declared kinds: {} (declare kinds with `opledger kinds apply FILE`)",
+        if declared.is_empty() {
+            "none".to_string()
+        } else {
+            declared.join(", ")
+        }
+    ))
 }

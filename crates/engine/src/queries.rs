@@ -9,7 +9,7 @@ use opledger_domain::projections::{
 };
 use opledger_domain::projections::{
     BY_STATE, BY_STATUS, CAPABILITY_COUNTS_TABLE, MEDIA_COUNT, MEDIA_COUNTS_TABLE, OPERATION_COUNTS_TABLE,
-    REVIEW_COUNTS_TABLE,
+    REVIEW_COUNTS_TABLE, STALE_BY_KIND,
 };
 use opledger_domain::review::EntryState;
 use opledger_domain::{CapabilityStatus, EventEnvelope, MediaId, OperationId, OperationStatus, StreamId};
@@ -42,6 +42,9 @@ pub struct StatusReport {
     pub operations_by_status: Vec<(String, i64)>,
     /// Every capability status with its count, zeros included.
     pub capabilities_by_status: Vec<(String, i64)>,
+    /// Stale capabilities per task kind (what `reprocess --stale` runs),
+    /// kinds with none left out.
+    pub stale_by_kind: Vec<(String, i64)>,
     /// Batches the activity predicate says are active, newest first.
     pub active_batches: Vec<BatchSummary>,
     /// Open review entries.
@@ -116,6 +119,12 @@ impl<S: Store> Engine<S> {
             CapabilityStatus::ALL.iter().map(|status| status.as_str()),
             &capabilities,
         );
+        let stale_by_kind: Vec<(String, i64)> = self
+            .counts(&CAPABILITY_COUNTS_TABLE, STALE_BY_KIND)
+            .await?
+            .into_iter()
+            .filter(|(_, count)| *count > 0)
+            .collect();
         let review_queue = self
             .counts(&REVIEW_COUNTS_TABLE, BY_STATE)
             .await?
@@ -165,6 +174,7 @@ impl<S: Store> Engine<S> {
             operations: counted.iter().map(|(_, count)| count).sum(),
             operations_by_status,
             capabilities_by_status,
+            stale_by_kind,
             active_batches,
             review_queue,
             projections,

@@ -1,6 +1,4 @@
-//! The review queue's commands and queries, capability states, and the
-//! maintenance sweep that records where a task kind's version changed under
-//! requested work.
+//! The review queue's commands and queries, and capability states.
 //!
 //! Resolving an entry is a recorded action (`review_resolved`, with actor
 //! and reason, on the operation's stream); a retry re-enters the work
@@ -11,18 +9,14 @@ use crate::error::EngineError;
 use crate::load::load_operation;
 use crate::tx::{CommandContext, Decided};
 use crate::Engine;
-use opledger_domain::capabilities::capability_for_task;
-use opledger_domain::events::{Event, OperationRevisionRequested, ReviewResolved, TaskVersionChanged};
+use opledger_domain::events::{Event, OperationRevisionRequested, ReviewResolved};
 use opledger_domain::projections::{
-    version_key, CapabilityRow, Cell, OperationRow, ReviewRow, Row, CAPABILITY_STATES_TABLE, REVIEW_TABLE,
+    CapabilityRow, Cell, OperationRow, ReviewRow, Row, CAPABILITY_STATES_TABLE, REVIEW_TABLE,
 };
 use opledger_domain::review::{EntryState, ReviewAction};
 use opledger_domain::transitions::{self, Cause};
 use opledger_domain::{DomainError, MediaId, OperationStatus, StreamId};
 use opledger_store::{ExpectedVersion, Store, StreamAppend, WriteTx};
-
-/// Operations marked stale per transaction by the version sweep.
-const STALE_BATCH: usize = 1_000;
 
 impl<S: Store> Engine<S> {
     /// Open review entries, oldest first.
@@ -158,7 +152,7 @@ impl<S: Store> Engine<S> {
             })
     }
 
-    /// The capability states of one media item, in registry order.
+    /// The capability states of one media item, by capability name.
     pub async fn capabilities(&self, media_id: MediaId) -> Result<Vec<CapabilityRow>, EngineError> {
         self.media(media_id).await?;
         let mut rows: Vec<CapabilityRow> = self
@@ -175,79 +169,8 @@ impl<S: Store> Engine<S> {
                 _ => None,
             })
             .collect();
-        let order = |row: &CapabilityRow| {
-            opledger_domain::capabilities::CAPABILITIES
-                .iter()
-                .position(|capability| capability.name == row.capability)
-                .unwrap_or(usize::MAX)
-        };
-        rows.sort_by_key(order);
+        rows.sort_by(|a, b| a.capability.cmp(&b.capability));
         Ok(rows)
-    }
-
-    /// Records, on each task operation requested at a version of its kind
-    /// other than the current one (the registry's, or an override), that
-    /// the version changed (`task_version_changed`): a result produced by
-    /// the old version makes its capability `stale` until the work is
-    /// requested at the current version. Idempotent: one grouped count by
-    /// `kind@version` finds nothing to do once every row is marked. Run by
-    /// [`Engine::maintain`]. Returns how many operations it marked.
-    pub async fn sweep_task_versions(&self, context: &CommandContext) -> Result<usize, EngineError> {
-        let counted = self.store.count_by(&CAPABILITY_STATES_TABLE, "version_key").await?;
-        let mut marked = 0;
-        for (key, _) in counted {
-            let Some(key) = key else { continue };
-            let Some((kind, _)) = key.split_once('@') else { continue };
-            if capability_for_task(kind).is_none() {
-                continue;
-            }
-            let current = self.task_version(kind).to_string();
-            if key == version_key(kind, Some(&current)) {
-                continue;
-            }
-            loop {
-                let changed: Vec<CapabilityRow> = self
-                    .store
-                    .find_rows(
-                        &CAPABILITY_STATES_TABLE,
-                        &[("version_key", Cell::Text(key.clone()))],
-                        STALE_BATCH,
-                    )
-                    .await?
-                    .into_iter()
-                    .filter_map(|row| match row {
-                        Row::Capability(capability) => Some(capability),
-                        _ => None,
-                    })
-                    .collect();
-                if changed.is_empty() {
-                    break;
-                }
-                let stamp = self.stamp(context);
-                let current = current.clone();
-                marked += changed.len();
-                self.command(move |_, _| {
-                    Box::pin(async move {
-                        let appends = changed
-                            .into_iter()
-                            .map(|capability| StreamAppend {
-                                stream_id: StreamId::operation(capability.operation_id),
-                                expected: ExpectedVersion::Exactly(capability.version),
-                                events: vec![stamp.event(Event::TaskVersionChanged(TaskVersionChanged {
-                                    operation_id: capability.operation_id,
-                                    previous_version: capability.current_version.clone(),
-                                    current_version: current.clone(),
-                                    produced_version: capability.produced_version.clone(),
-                                }))],
-                            })
-                            .collect();
-                        Ok(Decided::answer((), appends))
-                    })
-                })
-                .await?;
-            }
-        }
-        Ok(marked)
     }
 }
 

@@ -27,6 +27,9 @@ pub struct StartupReport {
     pub rebuilt: Vec<(String, u32, u32, u64)>,
     /// (projection, events folded).
     pub caught_up: Vec<(String, u64)>,
+    /// Former built-in task kinds declared for a ledger written before
+    /// declarations existed (once; 0 afterwards).
+    pub kinds_declared: usize,
 }
 
 impl<S: Store> Engine<S> {
@@ -86,6 +89,9 @@ impl<S: Store> Engine<S> {
                 }
             }
         }
+        // With every projection at the head, a ledger whose tasks name
+        // kinds it never declared gets their declarations.
+        report.kinds_declared = self.upgrade_kinds(&CommandContext::actor("system")).await?;
         Ok(report)
     }
 

@@ -11,6 +11,7 @@
 use opledger_domain::batches::{is_active, BatchStatus, ItemOutcome};
 use opledger_domain::decide::OperationCommand;
 use opledger_domain::events::{BatchItemSettled, BatchItemSpec, BoundingBox, Event, OperationTarget};
+use opledger_domain::kinds::legacy;
 use opledger_domain::projections::{
     BatchRow, CapabilityRow, CAPABILITY_STATES_TABLE, MEDIA_TABLE, REGIONS_TABLE, REVIEW_TABLE,
 };
@@ -41,12 +42,20 @@ struct Lab<S: Store> {
 async fn lab<B: Backend>(backend: &B, ids_from: u128, task_versions: &[(&str, &str)]) -> Lab<B::Store> {
     let store = backend.open().await;
     let clock = Arc::new(FixedClock::at(Timestamp::from_micros(T0)));
-    let mut engine = Engine::with_clock(store, clock.clone(), Arc::new(SequentialIds::starting_at(ids_from)))
+    let engine = Engine::with_clock(store, clock.clone(), Arc::new(SequentialIds::starting_at(ids_from)))
         .with_jitter(Arc::new(FixedJitter(0)));
-    for (kind, version) in task_versions {
-        engine = engine.with_task_version(kind, version).unwrap();
-    }
     engine.startup().await.unwrap();
+    // The kinds at the versions this deployment runs.
+    let kinds = legacy::declarations()
+        .into_iter()
+        .map(|mut kind| {
+            if let Some((_, version)) = task_versions.iter().find(|(name, _)| *name == kind.name) {
+                kind.version = version.to_string();
+            }
+            kind
+        })
+        .collect();
+    engine.declare(&CommandContext::actor("deploy"), kinds).await.unwrap();
     engine.maintain(&CommandContext::actor("system")).await.unwrap();
     Lab {
         engine,

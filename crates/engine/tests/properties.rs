@@ -804,6 +804,8 @@ struct World {
 }
 
 /// What running one command produced.
+// One value per command run, compared and dropped: its size does not matter.
+#[allow(clippy::large_enum_variant)]
 enum Ran {
     /// Accepted; the event it must have appended and the stream version it
     /// must have gone to.
@@ -1265,6 +1267,7 @@ impl World {
                                 status,
                                 priority,
                                 task_version: None,
+                                task: None,
                             }),
                             stream: StreamId::operation(operation_id),
                             stream_version: 1,

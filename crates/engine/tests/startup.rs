@@ -32,6 +32,7 @@ fn created(n: u128) -> StreamAppend {
                 status: OperationStatus::Queued,
                 priority: 0,
                 task_version: None,
+                task: None,
             }),
             recorded_at: Timestamp::from_micros(1_800_000_000_000_000 + n as i64),
             actor: "older-binary".into(),
@@ -128,6 +129,7 @@ async fn changed_projection_version_is_rebuilt_through_a_shadow_without_losing_e
             assert_eq!(from, to, "only media_operations changed version: {report:?}");
             assert!(
                 [
+                    "task_kinds",
                     "media_registry",
                     "processing_states",
                     "entity_capability_states",
@@ -174,9 +176,20 @@ async fn changed_projection_version_is_rebuilt_through_a_shadow_without_losing_e
     )
     .await;
     let report = engine.startup().await.unwrap();
-    // media_operations and review_queue, which reads it: one family.
+    // media_operations and its family (the review queue reads it, and the
+    // capability rows the queue reads tie it to the registry's).
     let rebuilt: Vec<&str> = report.rebuilt.iter().map(|entry| entry.0.as_str()).collect();
-    assert_eq!(rebuilt, ["media_operations", "review_queue"]);
+    assert_eq!(
+        rebuilt,
+        [
+            "task_kinds",
+            "media_registry",
+            "media_operations",
+            "processing_states",
+            "entity_capability_states",
+            "review_queue"
+        ]
+    );
     assert!(engine.verify().await.unwrap().is_identical());
 }
 
@@ -215,10 +228,11 @@ async fn projection_behind_the_log_is_caught_up_before_commands_run() {
     assert_eq!(
         rebuilt,
         vec![
+            "task_kinds",
             "media_registry",
+            "media_operations",
             "processing_states",
             "entity_capability_states",
-            "media_operations",
             "review_queue"
         ],
         "{report:?}"

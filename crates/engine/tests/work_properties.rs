@@ -29,6 +29,7 @@
 
 use futures::TryStreamExt;
 use opledger_domain::batches::{is_active, settled_outcome, BatchProgress};
+use opledger_domain::kinds::legacy;
 use opledger_domain::projections::{all_specs, fold_in_memory, Row};
 use opledger_domain::review::{route, ReviewAction};
 use opledger_domain::BatchId;
@@ -167,11 +168,22 @@ async fn open_engine(
     metadata_version: u32,
 ) -> Engine<SqliteStore> {
     let store = SqliteStore::open(SqliteConfig::at(path)).await.expect("open the store");
-    let engine = Engine::with_clock(store, clock.clone(), ids.clone())
-        .with_jitter(Arc::new(FixedJitter(400)))
-        .with_task_version("metadata", &metadata_version.to_string())
-        .expect("a known kind");
+    let engine = Engine::with_clock(store, clock.clone(), ids.clone()).with_jitter(Arc::new(FixedJitter(400)));
     engine.startup().await.expect("startup");
+    // The deployment runs this version of metadata.
+    let kinds = legacy::declarations()
+        .into_iter()
+        .map(|mut kind| {
+            if kind.name == "metadata" {
+                kind.version = metadata_version.to_string();
+            }
+            kind
+        })
+        .collect();
+    engine
+        .declare(&CommandContext::actor("deploy"), kinds)
+        .await
+        .expect("declare the kinds");
     engine
         .maintain(&CommandContext::actor("system"))
         .await
@@ -642,7 +654,12 @@ impl World {
                 .await
                 .map_err(|error| fail(error.to_string()))?;
             prop_assert!(
-                route(&operation.kind, operation.status).is_some(),
+                route(
+                    &operation.kind,
+                    operation.status,
+                    legacy::facts(&operation.kind).is_some_and(|facts| facts.required)
+                )
+                .is_some(),
                 "open entry for a {} operation",
                 operation.status
             );

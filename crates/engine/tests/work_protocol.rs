@@ -9,6 +9,7 @@
 
 use futures::{StreamExt, TryStreamExt};
 use opledger_domain::events::{BoundingBox, Event};
+use opledger_domain::kinds::legacy;
 use opledger_domain::projections::{ProcessingStateRow, Row};
 use opledger_domain::{DomainError, EventEnvelope, MediaId, OperationId, OperationStatus, RegionId, Timestamp};
 use opledger_engine::{
@@ -42,6 +43,10 @@ async fn lab<B: Backend>(backend: &B) -> Lab<B::Store> {
     let engine = Engine::with_clock(store, clock.clone(), Arc::new(SequentialIds::default()))
         .with_jitter(Arc::new(FixedJitter(500)));
     engine.startup().await.unwrap();
+    engine
+        .declare(&CommandContext::actor("test"), legacy::declarations())
+        .await
+        .unwrap();
     Lab {
         engine,
         clock,
@@ -860,6 +865,10 @@ async fn sixteen_workers_on_separate_connections_drain_ten_thousand_tasks_exactl
     const WORKERS: usize = 16;
     let setup_store = backend.open().await;
     let (setup, _) = Engine::open(setup_store).await.unwrap();
+    setup
+        .declare(&CommandContext::actor("test"), legacy::declarations())
+        .await
+        .unwrap();
     let context = CommandContext::actor("setup");
 
     let started = Instant::now();
@@ -1427,9 +1436,9 @@ async fn bad_requests_are_refused_and_append_nothing<B: Backend>(backend: &B) {
     }
     assert_invalid(
         engine
-            .request_task(context, request(target, "thumbnail", json!({"max_side": 256})))
+            .request_task(context, request(target, "auto_tagging", json!({"model": "clip"})))
             .await,
-        "missing required input",
+        "missing required input (without a default)",
     );
     assert_invalid(
         engine

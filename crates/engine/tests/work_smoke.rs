@@ -3,6 +3,7 @@
 //! (request, claim, heartbeat, progress, complete, fail, supersede, recover),
 //! checked against the projected state and replay.
 
+use opledger_domain::kinds::legacy;
 use opledger_domain::OperationStatus;
 use opledger_domain::Timestamp;
 use opledger_engine::{
@@ -20,6 +21,10 @@ async fn a_task_goes_from_request_to_completion_and_replay_agrees<B: Backend>(ba
     let engine = Engine::with_clock(store, clock.clone(), Arc::new(SequentialIds::default()))
         .with_jitter(Arc::new(FixedJitter(500)));
     engine.startup().await.unwrap();
+    engine
+        .declare(&CommandContext::actor("test"), legacy::declarations())
+        .await
+        .unwrap();
     let context = CommandContext::actor("test");
     let media = engine
         .register_media(&context, "/photos/a.png", "image", Some("sha256:aa".into()), Some(10))
@@ -195,6 +200,10 @@ async fn batched_requests_and_completions_answer_each_item_on_its_own<B: Backend
         Arc::new(SequentialIds::default()),
     );
     engine.startup().await.unwrap();
+    engine
+        .declare(&CommandContext::actor("test"), legacy::declarations())
+        .await
+        .unwrap();
     let context = CommandContext::actor("test");
     let mut media = Vec::new();
     for index in 0..3 {
@@ -300,6 +309,10 @@ async fn batched_requests_and_completions_answer_each_item_on_its_own<B: Backend
 async fn work_protocol_commands_run_on_spawned_tasks<B: Backend>(backend: &B) {
     let store = backend.open().await;
     let (engine, _) = Engine::open(store).await.unwrap();
+    engine
+        .declare(&CommandContext::actor("test"), legacy::declarations())
+        .await
+        .unwrap();
     let context = CommandContext::actor("spawned");
     let media = engine
         .register_media(&context, "/s/1.png", "image", Some("sha256:1".into()), None)
@@ -379,6 +392,10 @@ async fn work_protocol_commands_run_on_spawned_tasks<B: Backend>(backend: &B) {
 async fn removing_a_media_item_cancels_its_unfinished_tasks_and_ends_their_claims<B: Backend>(backend: &B) {
     let store = backend.open().await;
     let (engine, _) = Engine::open(store).await.unwrap();
+    engine
+        .declare(&CommandContext::actor("test"), legacy::declarations())
+        .await
+        .unwrap();
     let context = CommandContext::actor("test");
     let media = engine
         .register_media(&context, "/r/1.png", "image", Some("sha256:1".into()), None)
@@ -466,6 +483,10 @@ async fn outcomes_reported_together_are_each_fenced_and_keep_their_own_actor<B: 
     let engine = Engine::with_clock(store, clock.clone(), Arc::new(SequentialIds::default()))
         .with_jitter(Arc::new(FixedJitter(500)));
     engine.startup().await.unwrap();
+    engine
+        .declare(&CommandContext::actor("test"), legacy::declarations())
+        .await
+        .unwrap();
     let context = CommandContext::actor("test");
     for index in 0..4 {
         let media = engine

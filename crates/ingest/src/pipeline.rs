@@ -21,6 +21,22 @@ use std::time::Instant;
 /// Files per transaction when starting, moving and finishing ingestions.
 pub(crate) const CHUNK: usize = 250;
 
+/// Applies the declarations of the image tasks (`opledger_media::KINDS_TOML`).
+/// A ledger whose recorded declarations of these kinds differ in what
+/// determines results, at the same version, refuses the ingest.
+pub async fn declare_kinds<S: Store>(engine: &Engine<S>, context: &CommandContext) -> Result<(), IngestError> {
+    let document = opledger_engine::parse_kinds(opledger_media::KINDS_TOML)?;
+    let report = engine.apply_kinds(context, &document, false).await?;
+    if let Some(refused) = report.refused().next() {
+        return Err(IngestError::Engine(opledger_engine::EngineError::invalid(format!(
+            "the ingest's task kind {} cannot be declared: {}",
+            refused.name,
+            refused.error.as_deref().unwrap_or("refused")
+        ))));
+    }
+    Ok(())
+}
+
 /// Runs one ingest of `options.root` to the end.
 pub async fn ingest<S: Store>(
     engine: Engine<S>,
@@ -29,6 +45,10 @@ pub async fn ingest<S: Store>(
 ) -> Result<IngestSummary, IngestError> {
     let started = Instant::now();
     let run = Run::prepare(&engine, &options)?;
+
+    // 0. The kinds this pipeline runs, declared (an unchanged declaration
+    // appends nothing).
+    declare_kinds(&engine, &run.context).await?;
 
     // 1. Walk, and compare with what the ledger knows.
     let files = walk(&run.root, &run.exclude)?;

@@ -3,8 +3,9 @@
 //! hash; *settling* (waiting until a file that is still being written stops
 //! changing); image metadata (format, dimensions, byte size); thumbnails;
 //! a 64-bit perceptual hash (dHash); the [`opledger_worker::Task`]
-//! implementations that run the registry's `metadata`, `thumbnail` and
-//! `perceptual_hash` kinds on claimed work; and a generator of deterministic
+//! implementations that run the `metadata`, `thumbnail` and
+//! `perceptual_hash` kinds on claimed work, with their declarations
+//! ([`KINDS_TOML`]); and a generator of deterministic
 //! sample images (with optional corrupt files) for trying the pipeline out.
 //!
 //! It knows image formats and files, and must not know SQL, a store backend
@@ -29,6 +30,11 @@
 // Public so their documentation (the settling rule, the dHash algorithm,
 // the tasks' steps and failure decisions) is part of the API docs; the
 // items are re-exported below for short paths.
+/// The declarations of the kinds this crate's tasks run (`kinds.toml`):
+/// the ingest applies them before it requests any (`opledger kinds apply`
+/// format).
+pub const KINDS_TOML: &str = include_str!("../kinds.toml");
+
 pub mod decode;
 pub mod dhash;
 pub mod error;

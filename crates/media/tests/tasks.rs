@@ -9,6 +9,7 @@
 
 mod support;
 
+use opledger_domain::kinds::legacy;
 use opledger_domain::{MediaId, OperationStatus};
 use opledger_engine::{CommandContext, Engine, TaskRequest, TaskTarget};
 use opledger_media::{
@@ -32,6 +33,10 @@ async fn engine_at(folder: &Path) -> Engine<SqliteStore> {
         .unwrap();
     let engine = Engine::new(store);
     engine.startup().await.unwrap();
+    engine
+        .declare(&CommandContext::actor("test"), legacy::declarations())
+        .await
+        .unwrap();
     engine
 }
 

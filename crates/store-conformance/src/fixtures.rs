@@ -3,7 +3,8 @@
 use opledger_domain::envelope::{NewEvent, StreamId};
 use opledger_domain::events::{Event, MediaRegistered, MediaUpdated};
 use opledger_domain::ids::{MediaId, OperationId, RegionId};
-use opledger_domain::projections::{MediaRow, ProcessingStateRow, RegionRow, Row, RowChange};
+use opledger_domain::kinds::legacy;
+use opledger_domain::projections::{MediaRow, ProcessingStateRow, RegionRow, Row, RowChange, TaskKindRow};
 use opledger_domain::status::OperationStatus;
 use opledger_domain::tasks::TargetType;
 use opledger_domain::time::Timestamp;
@@ -143,6 +144,36 @@ pub(crate) fn claimed(mut row: ProcessingStateRow, token: &str, lease_ends: i64)
     row.lease_expires_at = Some(at(lease_ends));
     row.attempt_count = 1;
     row
+}
+
+/// The rows of the task kinds the fixtures' states use (the former
+/// built-ins, declared): the processing-state tables reference them.
+pub(crate) fn kind_rows() -> Vec<RowChange> {
+    legacy::declarations()
+        .into_iter()
+        .enumerate()
+        .map(|(index, declaration)| {
+            upsert(Row::TaskKind(TaskKindRow {
+                name: declaration.name.clone(),
+                target: declaration.target,
+                kind_version: declaration.version.clone(),
+                capability: declaration.capability.clone(),
+                required: declaration.required,
+                declared: true,
+                declaration: Some(declaration),
+                declared_at: at(0),
+                updated_at: at(0),
+                version: index as i64 + 1,
+            }))
+        })
+        .collect()
+}
+
+/// Stores [`kind_rows`], as a ledger that declared them holds them.
+pub(crate) async fn declare_kinds<S: Store>(store: &S) {
+    write_rows(store, kind_rows())
+        .await
+        .expect("the task kind rows are stored");
 }
 
 pub(crate) fn upsert(row: Row) -> RowChange {

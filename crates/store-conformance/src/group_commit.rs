@@ -1,7 +1,7 @@
 //! Group commit: many pieces of work at once on one store, each succeeding
 //! or failing on its own however a backend groups them.
 
-use crate::fixtures::{media, media_row, one, operation_ids, registered, state, upsert, write_rows};
+use crate::fixtures::{declare_kinds, media, media_row, one, operation_ids, registered, state, upsert, write_rows};
 use crate::Harness;
 use futures::TryStreamExt;
 use opledger_domain::envelope::StreamId;
@@ -15,6 +15,7 @@ pub async fn concurrent_writes_on_one_store_succeed_or_fail_on_their_own<H: Harn
     // one transaction, but a piece that fails (after appending) or panics
     // must leave nothing behind and must not take the others with it.
     let store = harness.open().await;
+    declare_kinds(&store).await;
     let mut tasks = Vec::new();
     for n in 0..60u128 {
         let store = store.clone();
@@ -69,6 +70,7 @@ pub async fn concurrent_writes_on_one_store_succeed_or_fail_on_their_own<H: Harn
 /// while the others keep theirs.
 pub async fn concurrent_pieces_whose_rows_the_database_refuses_fail_alone_with_their_events<H: Harness>(harness: &H) {
     let store = harness.open().await;
+    declare_kinds(&store).await;
     const PIECES: u128 = 40;
     let items: Vec<RowChange> = (0..PIECES)
         .map(|n| upsert(Row::Media(media_row(media(100 + n)))))

@@ -2,7 +2,9 @@
 //! constraints, loaded several tables at once exactly as one by one, and
 //! written from a known stored row.
 
-use crate::fixtures::{at, claimed, media, media_row, operation_ids, region_row, state, upsert, write_rows};
+use crate::fixtures::{
+    at, claimed, declare_kinds, media, media_row, operation_ids, region_row, state, upsert, write_rows,
+};
 use crate::Harness;
 use opledger_domain::ids::{MediaId, OperationId, RegionId};
 use opledger_domain::projections::{
@@ -16,6 +18,7 @@ use uuid::Uuid;
 
 pub async fn rows_are_found_by_non_key_columns<H: Harness>(harness: &H) {
     let store = harness.open().await;
+    declare_kinds(&store).await;
     let (first, second, third) = (media(1), media(2), media(3));
     let row = |operation, target: MediaId, kind| {
         Row::ProcessingState(state(
@@ -81,6 +84,7 @@ pub async fn rows_are_found_by_non_key_columns<H: Harness>(harness: &H) {
 
 pub async fn processing_state_constraints_are_enforced_by_the_database<H: Harness>(harness: &H) {
     let store = harness.open().await;
+    declare_kinds(&store).await;
     let (item, ghost) = (media(1), media(2));
     let region = RegionId(Uuid::from_u128(5));
     write_rows(
@@ -112,10 +116,17 @@ pub async fn processing_state_constraints_are_enforced_by_the_database<H: Harnes
             row.status = OperationStatus::Queued;
             row
         }),
-        // A kind that runs on regions, in the media table.
+        // A kind that runs on regions, in the media table (the foreign key
+        // to the kind's (name, target)).
         ("a region kind on a media item", {
             let mut row = base.clone();
             row.task_kind = "crop_embedding".into();
+            row
+        }),
+        // A kind nobody declared (the same foreign key).
+        ("an undeclared kind", {
+            let mut row = base.clone();
+            row.task_kind = "transcode".into();
             row
         }),
     ];
@@ -172,6 +183,7 @@ pub async fn processing_state_constraints_are_enforced_by_the_database<H: Harnes
 /// unicode and JSON text, NULLs, booleans, large integers.
 pub async fn rows_loaded_from_several_tables_at_once_equal_rows_loaded_table_by_table<H: Harness>(harness: &H) {
     let store = harness.open().await;
+    declare_kinds(&store).await;
     let (first, second) = (media(1), media(2));
     let mut unusual = media_row(second);
     unusual.path = "/library/ünïcödé \"quoted\" \\ back\tslash 写真.png".into();
@@ -252,6 +264,7 @@ pub async fn rows_loaded_from_several_tables_at_once_equal_rows_loaded_table_by_
 /// to be missing must still land.
 pub async fn rows_written_from_a_known_stored_row_land_whole_even_when_the_store_lacks_it<H: Harness>(harness: &H) {
     let store = harness.open().await;
+    declare_kinds(&store).await;
     let item = media(1);
     let queued = state(1, TargetType::Media, item.0, "metadata", OperationStatus::Queued, 0, 0);
     write_rows(

@@ -1,7 +1,9 @@
 //! The work protocol's queries: claimable rows in claim order, lease rows,
 //! and expired claims.
 
-use crate::fixtures::{at, claimed, media, media_row, operation_ids, region_row, state, upsert, write_rows};
+use crate::fixtures::{
+    at, claimed, declare_kinds, media, media_row, operation_ids, region_row, state, upsert, write_rows,
+};
 use crate::Harness;
 use opledger_domain::ids::{MediaId, OperationId, RegionId};
 use opledger_domain::projections::Row;
@@ -12,6 +14,7 @@ use uuid::Uuid;
 
 pub async fn claimable_rows_come_by_priority_then_waiting_time_within_kinds_and_time<H: Harness>(harness: &H) {
     let store = harness.open().await;
+    declare_kinds(&store).await;
     let (item, other) = (media(1), media(2));
     let region = RegionId(Uuid::from_u128(77));
     let media_state = |operation, target: MediaId, kind, status, priority, available_at| {
@@ -80,6 +83,7 @@ pub async fn claimable_rows_come_by_priority_then_waiting_time_within_kinds_and_
 
 pub async fn leases_round_trip_and_expired_claims_honour_extended_leases<H: Harness>(harness: &H) {
     let store = harness.open().await;
+    declare_kinds(&store).await;
     let item = media(1);
     let held = |operation, kind, token, lease_ends| {
         Row::ProcessingState(claimed(

@@ -15,6 +15,7 @@ pub fn template(spec: &ProjectionSpec) -> &'static str {
         "entity_capability_states" => include_str!("../../../projections/entity_capability_states/postgres.sql"),
         "batches" => include_str!("../../../projections/batches/postgres.sql"),
         "review_queue" => include_str!("../../../projections/review_queue/postgres.sql"),
+        "task_kinds" => include_str!("../../../projections/task_kinds/postgres.sql"),
         other => panic!("projection {other} has no PostgreSQL DDL; add projections/{other}/postgres.sql"),
     }
 }
@@ -63,7 +64,6 @@ pub fn without_indexes(sql: &str) -> String {
 mod tests {
     use super::*;
     use opledger_domain::projections::{all_specs, PROCESSING_STATES};
-    use opledger_domain::tasks::{kinds_for, TargetType};
 
     #[test]
     fn scratch_copies_keep_every_table_unlogged_and_drop_every_index() {
@@ -96,31 +96,16 @@ mod tests {
         assert!(shadow.contains("REFERENCES media__shadow (id)"), "{shadow}");
     }
 
-    /// The kinds a processing-state table's CHECK allows, as listed in the DDL.
-    fn checked_kinds(sql: &str, table: &str) -> Vec<String> {
-        let start = sql
-            .find(&format!("CREATE TABLE {table}"))
-            .unwrap_or_else(|| panic!("{table} not in the DDL"));
-        let rest = &sql[start..];
-        let list_start = rest.find("task_kind IN (").expect("a task_kind CHECK") + "task_kind IN (".len();
-        let list_end = list_start + rest[list_start..].find(')').expect("the CHECK list ends");
-        rest[list_start..list_end]
-            .split(',')
-            .map(|kind| kind.trim().trim_matches('\'').to_string())
-            .collect()
-    }
-
     #[test]
-    fn processing_state_checks_list_exactly_the_registrys_kinds_per_target_type() {
-        let sql = render(&PROCESSING_STATES, Copy::Live);
+    fn processing_states_reference_the_declared_task_kinds_by_target_type() {
+        let sql = render(&PROCESSING_STATES, Copy::Shadow);
         assert_eq!(
-            checked_kinds(&sql, "media_processing_states"),
-            kinds_for(TargetType::Media),
-            "update projections/processing_states/postgres.sql (and bump the projection version) with the registry"
+            sql.matches("FOREIGN KEY (task_kind, task_target) REFERENCES task_kinds__shadow (name, target)")
+                .count(),
+            2,
+            "{sql}"
         );
-        assert_eq!(
-            checked_kinds(&sql, "region_processing_states"),
-            kinds_for(TargetType::Region)
-        );
+        assert!(sql.contains("DEFAULT 'media' CHECK (task_target = 'media')"), "{sql}");
+        assert!(sql.contains("DEFAULT 'region' CHECK (task_target = 'region')"), "{sql}");
     }
 }

@@ -6,6 +6,7 @@
 
 use futures::TryStreamExt;
 use opledger_domain::ids::MediaId;
+use opledger_domain::kinds::legacy;
 use opledger_domain::StreamId;
 use opledger_store::{ErrorKind, ExpectedVersion, Store, StoreError, StreamAppend, WriteTx};
 use opledger_store_conformance::{registered, Harness};
@@ -123,6 +124,10 @@ async fn a_command_whose_connection_is_terminated_is_unavailable_and_its_retry_a
         return;
     };
     let (engine, _) = Engine::open(harness.open().await).await.unwrap();
+    engine
+        .declare(&CommandContext::actor("test"), legacy::declarations())
+        .await
+        .unwrap();
     let context = CommandContext::actor("test");
     let media = engine
         .register_media(&context, "/t/1.png", "image", Some("sha256:1".into()), None)

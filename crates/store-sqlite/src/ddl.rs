@@ -15,6 +15,7 @@ pub fn template(spec: &ProjectionSpec) -> &'static str {
         "entity_capability_states" => include_str!("../../../projections/entity_capability_states/sqlite.sql"),
         "batches" => include_str!("../../../projections/batches/sqlite.sql"),
         "review_queue" => include_str!("../../../projections/review_queue/sqlite.sql"),
+        "task_kinds" => include_str!("../../../projections/task_kinds/sqlite.sql"),
         other => panic!("projection {other} has no SQLite DDL; add projections/{other}/sqlite.sql"),
     }
 }
@@ -133,37 +134,21 @@ mod tests {
 }
 
 #[cfg(test)]
-mod task_kind_checks {
+mod task_kind_references {
     use super::*;
     use opledger_domain::projections::PROCESSING_STATES;
-    use opledger_domain::tasks::{kinds_for, TargetType};
-
-    /// The kinds a processing-state table's CHECK allows, as listed in the DDL.
-    fn checked_kinds(sql: &str, table: &str) -> Vec<String> {
-        let start = sql
-            .find(&format!("CREATE TABLE {{{{t:{table}}}}}"))
-            .unwrap_or_else(|| panic!("{table} not in the DDL"));
-        let rest = &sql[start..];
-        let list_start = rest.find("task_kind IN (").expect("a task_kind CHECK") + "task_kind IN (".len();
-        let list_end = list_start + rest[list_start..].find(')').expect("the CHECK list ends");
-        rest[list_start..list_end]
-            .split(',')
-            .map(|kind| kind.trim().trim_matches('\'').to_string())
-            .collect()
-    }
 
     #[test]
-    fn processing_state_checks_list_exactly_the_registrys_kinds_per_target_type() {
-        let sql = template(&PROCESSING_STATES);
+    fn processing_states_reference_the_declared_task_kinds_by_target_type() {
+        let sql = render(&PROCESSING_STATES, Copy::Shadow);
         assert_eq!(
-            checked_kinds(sql, "media_processing_states"),
-            kinds_for(TargetType::Media),
-            "update projections/processing_states/sqlite.sql (and bump the projection version) with the registry"
+            sql.matches("FOREIGN KEY (task_kind, task_target) REFERENCES task_kinds__shadow (name, target)")
+                .count(),
+            2,
+            "{sql}"
         );
-        assert_eq!(
-            checked_kinds(sql, "region_processing_states"),
-            kinds_for(TargetType::Region)
-        );
+        assert!(sql.contains("DEFAULT 'media' CHECK (task_target = 'media')"), "{sql}");
+        assert!(sql.contains("DEFAULT 'region' CHECK (task_target = 'region')"), "{sql}");
     }
 }
 

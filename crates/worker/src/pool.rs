@@ -226,7 +226,7 @@ impl<S: Store> WorkerPoolBuilder<S> {
         let mut tasks: BTreeMap<&'static str, Arc<dyn DynTask>> = BTreeMap::new();
         for task in self.tasks {
             let kind = task.kind();
-            if let Err(error) = opledger_domain::tasks::task_kind(kind) {
+            if let Err(error) = opledger_domain::kinds::check_name("task kind", kind) {
                 return invalid(error.to_string());
             }
             if tasks.insert(kind, task).is_some() {
@@ -366,6 +366,12 @@ where
     let settings = &shared.settings;
     let context = CommandContext::actor(settings.name.clone());
     let mut report = PoolReport::default();
+
+    // The pool serves declared kinds only: an undeclared one is refused
+    // before anything is claimed, naming what is declared.
+    for kind in shared.tasks.keys() {
+        shared.engine.task_kind(kind).await?;
+    }
 
     // Recovery first: intermediate states a previous process left go
     // back to the queue before this pool claims anything.

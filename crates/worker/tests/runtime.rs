@@ -5,6 +5,7 @@
 //! progress on the timeline.
 
 use opledger_domain::events::Event;
+use opledger_domain::kinds::legacy;
 use opledger_domain::{MediaId, OperationId, OperationStatus, Timestamp};
 use opledger_engine::{Clock, CommandContext, Engine, FixedClock, FixedJitter, TaskRequest, TaskTarget, UuidV7Ids};
 use opledger_store_sqlite::{SqliteConfig, SqliteStore};
@@ -29,6 +30,10 @@ async fn engine_at(folder: &Path) -> Engine<SqliteStore> {
     let engine = Engine::new(open_store(folder).await);
     engine.startup().await.unwrap();
     engine
+        .declare(&CommandContext::actor("test"), legacy::declarations())
+        .await
+        .unwrap();
+    engine
 }
 
 /// An engine on a clock the test moves, with no retry jitter.
@@ -37,6 +42,10 @@ async fn engine_with_clock(folder: &Path) -> (Engine<SqliteStore>, Arc<FixedCloc
     let engine = Engine::with_clock(open_store(folder).await, clock.clone(), Arc::new(UuidV7Ids))
         .with_jitter(Arc::new(FixedJitter(0)));
     engine.startup().await.unwrap();
+    engine
+        .declare(&CommandContext::actor("test"), legacy::declarations())
+        .await
+        .unwrap();
     (engine, clock)
 }
 

@@ -19,14 +19,15 @@
 //! by query first and subtracts them.
 
 use super::cells::{text_or_null, Cell, CellReader, ColumnSpec, ColumnType, MapError, TableSpec};
-use super::counts::{add_count, counts_key, CAPABILITY_COUNTS_TABLE};
+use super::counts::{add_count, counts_key, CAPABILITY_COUNTS_TABLE, STALE_BY_KIND};
 use super::working_set::{RowKey, RowQuery, WorkingSet};
 use super::{media_key, state_key, ProjectionSpec, Projector, Row, BY_STATUS};
-use crate::capabilities::{capability_for_task, capability_status};
+use crate::capabilities::capability_status;
 use crate::envelope::EventEnvelope;
 use crate::error::FoldError;
 use crate::events::Event;
 use crate::ids::{MediaId, OperationId};
+use crate::kinds::KindChange;
 use crate::status::{CapabilityStatus, OperationStatus};
 use crate::tasks::TargetType;
 use crate::time::Timestamp;
@@ -55,7 +56,7 @@ pub static CAPABILITY_STATES_TABLE: TableSpec = TableSpec {
 
 pub static CAPABILITY_STATES: ProjectionSpec = ProjectionSpec {
     name: "entity_capability_states",
-    version: 3,
+    version: 4,
     tables: &[&CAPABILITY_STATES_TABLE, &CAPABILITY_COUNTS_TABLE],
     question: "For each media item and capability: can the item serve it now, and if not, why; and which task version produced what it has?",
     depends_on: &["media_registry", "processing_states"],
@@ -167,7 +168,7 @@ impl Projector for CapabilityStates {
 
     fn keys(&self, event: &EventEnvelope, keys: &mut Vec<RowKey>) {
         if let Event::OperationCreated(created) = &event.event {
-            if capability_for_task(&created.kind).is_some() {
+            if created.task.as_ref().is_some_and(|facts| facts.capability.is_some()) {
                 keys.push(capability_key(created.operation_id));
                 keys.push(state_key(TargetType::Media, created.operation_id));
                 keys.extend(created.target.media_id.map(media_key));
@@ -177,16 +178,28 @@ impl Projector for CapabilityStates {
         }
         if let Event::MediaRemoved(_) = &event.event {
             keys.push(counts_key(&CAPABILITY_COUNTS_TABLE, BY_STATUS));
+            keys.push(counts_key(&CAPABILITY_COUNTS_TABLE, STALE_BY_KIND));
             return;
         }
         if let Some(operation_id) = event.event.operation_id() {
             keys.push(capability_key(operation_id));
             keys.push(state_key(TargetType::Media, operation_id));
             keys.push(counts_key(&CAPABILITY_COUNTS_TABLE, BY_STATUS));
+            keys.push(counts_key(&CAPABILITY_COUNTS_TABLE, STALE_BY_KIND));
         }
     }
 
     fn queries(&self, event: &EventEnvelope, queries: &mut Vec<RowQuery>) {
+        // A kind's `required` changed: every capability it produces follows.
+        if let Event::TaskKindDeclared(declared) = &event.event {
+            if declared.change == KindChange::Policy {
+                queries.push(RowQuery {
+                    table: &CAPABILITY_STATES_TABLE,
+                    column: "task_kind",
+                    value: Cell::Text(declared.declaration.name.clone()),
+                });
+            }
+        }
         if let Event::MediaRemoved(removed) = &event.event {
             queries.push(RowQuery {
                 table: &CAPABILITY_STATES_TABLE,
@@ -197,12 +210,36 @@ impl Projector for CapabilityStates {
     }
 
     fn apply(&self, event: &EventEnvelope, rows: &mut WorkingSet) -> Result<(), FoldError> {
+        if let Event::TaskKindDeclared(declared) = &event.event {
+            let declaration = &declared.declaration;
+            if declared.change == KindChange::Policy {
+                let changed: Vec<CapabilityRow> = rows
+                    .rows()
+                    .filter_map(|row| match row {
+                        Row::Capability(row)
+                            if row.task_kind == declaration.name && row.required != declaration.required =>
+                        {
+                            Some(row.clone())
+                        }
+                        _ => None,
+                    })
+                    .collect();
+                for mut row in changed {
+                    row.required = declaration.required;
+                    rows.put(Row::Capability(row));
+                }
+            }
+            return Ok(());
+        }
         if let Event::MediaRemoved(removed) = &event.event {
             // The registry (folded first) deleted the item; its
             // capabilities went by cascade and leave the counts.
             for row in rows.take_removed_with(&media_key(removed.media_id), &CAPABILITY_STATES_TABLE) {
                 if let Row::Capability(row) = row {
                     add_count(rows, &CAPABILITY_COUNTS_TABLE, BY_STATUS, row.status.as_str(), -1);
+                    if row.status == CapabilityStatus::Stale {
+                        add_count(rows, &CAPABILITY_COUNTS_TABLE, STALE_BY_KIND, &row.task_kind, -1);
+                    }
                 }
             }
             return Ok(());
@@ -228,7 +265,11 @@ impl Projector for CapabilityStates {
         };
         let mut next = match (&event.event, rows.get(&key)) {
             (Event::OperationCreated(created), existing) => {
-                let Some(capability) = capability_for_task(&created.kind) else {
+                let Some((capability, required)) = created
+                    .task
+                    .as_ref()
+                    .and_then(|facts| facts.capability.clone().map(|capability| (capability, facts.required)))
+                else {
                     return Ok(());
                 };
                 if existing.is_some() {
@@ -240,10 +281,10 @@ impl Projector for CapabilityStates {
                 CapabilityRow {
                     operation_id,
                     media_id,
-                    capability: capability.name.to_string(),
+                    capability,
                     task_kind: created.kind.clone(),
                     status: CapabilityStatus::Pending,
-                    required: capability.required,
+                    required,
                     requested_version: created.task_version.clone(),
                     claimed_version: None,
                     produced_version: None,
@@ -307,6 +348,13 @@ impl Projector for CapabilityStates {
                 add_count(rows, &CAPABILITY_COUNTS_TABLE, BY_STATUS, before.as_str(), -1);
             }
             add_count(rows, &CAPABILITY_COUNTS_TABLE, BY_STATUS, next.status.as_str(), 1);
+            // What `reprocess --stale` would run, per kind.
+            if before == Some(CapabilityStatus::Stale) {
+                add_count(rows, &CAPABILITY_COUNTS_TABLE, STALE_BY_KIND, &next.task_kind, -1);
+            }
+            if next.status == CapabilityStatus::Stale {
+                add_count(rows, &CAPABILITY_COUNTS_TABLE, STALE_BY_KIND, &next.task_kind, 1);
+            }
         }
         rows.put(Row::Capability(next));
         Ok(())

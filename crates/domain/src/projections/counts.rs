@@ -30,6 +30,9 @@ counts_table!(MEDIA_COUNTS_TABLE, "media_counts");
 counts_table!(CAPABILITY_COUNTS_TABLE, "entity_capability_counts");
 counts_table!(REVIEW_COUNTS_TABLE, "review_queue_counts");
 
+/// The capability counts row of stale capabilities by task kind.
+pub const STALE_BY_KIND: &str = "stale_by_kind";
+
 /// The review queue's counts row: entries by state.
 pub const BY_STATE: &str = "by_state";
 

@@ -19,6 +19,7 @@ mod media_registry;
 mod operations;
 mod processing_states;
 mod review_queue;
+mod task_kinds;
 mod working_set;
 
 pub use batches::{
@@ -31,7 +32,7 @@ pub use capability_states::{
 pub use cells::{Cell, ColumnSpec, ColumnType, MapError, TableSpec};
 pub use counts::{
     counts_key, CountsRow, BY_STATE, CAPABILITY_COUNTS_TABLE, MEDIA_COUNTS_TABLE, OPERATION_COUNTS_TABLE,
-    REVIEW_COUNTS_TABLE,
+    REVIEW_COUNTS_TABLE, STALE_BY_KIND,
 };
 pub use media_registry::{
     media_key, region_key, MediaRegistry, MediaRow, RegionRow, MEDIA_COUNT, MEDIA_REGISTRY, MEDIA_TABLE, REGIONS_TABLE,
@@ -44,6 +45,7 @@ pub use processing_states::{
     PROCESSING_STATES, REGION_STATES_TABLE,
 };
 pub use review_queue::{review_key, ReviewQueue, ReviewRow, REVIEW_QUEUE, REVIEW_TABLE};
+pub use task_kinds::{task_kind_key, TaskKindRow, TaskKinds, TASK_KINDS, TASK_KINDS_TABLE};
 pub use working_set::{Key, RowChange, RowKey, RowQuery, Stored, WorkingSet};
 
 use crate::envelope::EventEnvelope;
@@ -102,6 +104,7 @@ pub enum Row {
     BatchItem(BatchItemRow),
     Review(ReviewRow),
     Counts(CountsRow),
+    TaskKind(TaskKindRow),
 }
 
 impl Row {
@@ -116,6 +119,7 @@ impl Row {
             Row::BatchItem(_) => &BATCH_ITEMS_TABLE,
             Row::Review(_) => &REVIEW_TABLE,
             Row::Counts(row) => row.table,
+            Row::TaskKind(_) => &TASK_KINDS_TABLE,
         }
     }
 
@@ -130,6 +134,7 @@ impl Row {
             Row::BatchItem(row) => batch_item_key(row.batch_id, row.operation_id),
             Row::Review(row) => review_key(row.operation_id),
             Row::Counts(row) => RowKey::new(row.table, Key::from_text(&row.name)),
+            Row::TaskKind(row) => task_kind_key(&row.name),
         }
     }
 
@@ -140,7 +145,9 @@ impl Row {
             Row::ProcessingState(row) => Some(row.parent_key()),
             Row::Capability(row) => Some(media_key(row.media_id)),
             Row::BatchItem(row) => Some(batch_key(row.batch_id)),
-            Row::Media(_) | Row::Operation(_) | Row::Batch(_) | Row::Review(_) | Row::Counts(_) => None,
+            Row::Media(_) | Row::Operation(_) | Row::Batch(_) | Row::Review(_) | Row::Counts(_) | Row::TaskKind(_) => {
+                None
+            }
         }
     }
 
@@ -155,6 +162,7 @@ impl Row {
             Row::BatchItem(row) => row.to_cells(),
             Row::Review(row) => row.to_cells(),
             Row::Counts(row) => row.to_cells(),
+            Row::TaskKind(row) => row.to_cells(),
         }
     }
 
@@ -184,6 +192,7 @@ impl Row {
             "media_counts" => CountsRow::from_cells(&MEDIA_COUNTS_TABLE, cells).map(Row::Counts),
             "entity_capability_counts" => CountsRow::from_cells(&CAPABILITY_COUNTS_TABLE, cells).map(Row::Counts),
             "review_queue_counts" => CountsRow::from_cells(&REVIEW_COUNTS_TABLE, cells).map(Row::Counts),
+            "task_kinds" => TaskKindRow::from_cells(cells).map(Row::TaskKind),
             other => Err(MapError::new(other, "not a projection table".to_string())),
         }
     }
@@ -191,9 +200,12 @@ impl Row {
 
 /// Every projection this build maintains, in the order they are folded.
 pub fn all_projectors() -> &'static [&'static dyn Projector] {
-    // Order matters: capability states read the processing state, and the
-    // review queue the operation, that the same event just produced.
+    // Order matters: the processing states reference the task kinds the
+    // same event may just have recorded; capability states read the
+    // processing state, and the review queue the operation and the
+    // capability, that the same event just produced.
     &[
+        &TaskKinds,
         &MediaRegistry,
         &MediaOperations,
         &ProcessingStates,

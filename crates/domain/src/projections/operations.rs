@@ -366,6 +366,7 @@ fn change_operation(next: &mut OperationRow, event: &EventEnvelope) {
         }
         Event::OperationCreated(_)
         | Event::TaskVersionChanged(_)
+        | Event::TaskKindDeclared(_)
         | Event::ReviewResolved(_)
         | Event::BatchCreated(_)
         | Event::BatchItemsAdded(_)
@@ -424,6 +425,7 @@ mod tests {
                 status: OperationStatus::Queued,
                 priority: 0,
                 task_version: None,
+                task: None,
             }),
         );
         MediaOperations.apply(&created, &mut rows).unwrap();

@@ -22,7 +22,7 @@ use crate::error::FoldError;
 use crate::events::Event;
 use crate::ids::{MediaId, OperationId, RegionId};
 use crate::status::OperationStatus;
-use crate::tasks::{task_kind, TargetType};
+use crate::tasks::TargetType;
 use crate::time::Timestamp;
 use crate::transitions::{self, INITIAL_STATUSES};
 use uuid::Uuid;
@@ -71,10 +71,10 @@ pub static REGION_STATES_TABLE: TableSpec = TableSpec {
 
 pub static PROCESSING_STATES: ProjectionSpec = ProjectionSpec {
     name: "processing_states",
-    version: 3,
+    version: 4,
     tables: &[&MEDIA_STATES_TABLE, &REGION_STATES_TABLE],
     question: "For each item (or region) and task kind: which revision is wanted, which is done, who holds it, when may it run next, and why did it last fail?",
-    depends_on: &["media_registry"],
+    depends_on: &["media_registry", "task_kinds"],
 };
 
 /// The state of one task kind on one target.
@@ -238,9 +238,9 @@ impl Projector for ProcessingStates {
             // Only task kinds have a processing state; the parent is read to
             // refuse a state for a target that does not exist (the foreign key,
             // checked in memory too).
-            if let Ok(kind) = task_kind(&created.kind) {
-                keys.push(state_key(kind.target, created.operation_id));
-                match kind.target {
+            if let Some(facts) = &created.task {
+                keys.push(state_key(facts.target, created.operation_id));
+                match facts.target {
                     TargetType::Media => keys.extend(created.target.media_id.map(media_key)),
                     TargetType::Region => keys.extend(created.target.region_id.map(region_key)),
                 }
@@ -264,10 +264,11 @@ impl Projector for ProcessingStates {
         };
 
         if let Event::OperationCreated(created) = &event.event {
-            let Ok(kind) = task_kind(&created.kind) else {
+            let Some(facts) = &created.task else {
                 return Ok(());
             };
-            let (target_id, parent) = match kind.target {
+            let kind = &created.kind;
+            let (target_id, parent) = match facts.target {
                 TargetType::Media => (
                     created.target.media_id.map(|id| id.0),
                     created.target.media_id.map(media_key),
@@ -278,26 +279,26 @@ impl Projector for ProcessingStates {
                 ),
             };
             let (Some(target_id), Some(parent)) = (target_id, parent) else {
-                return Err(fail(format!("a {} task needs a {} target", kind.name, kind.target)));
+                return Err(fail(format!("a {kind} task needs a {} target", facts.target)));
             };
             if rows.get(&parent).is_none() {
-                return Err(fail(format!("{} {target_id} does not exist", kind.target)));
+                return Err(fail(format!("{} {target_id} does not exist", facts.target)));
             }
             let Some(revision) = created.revision.clone() else {
-                return Err(fail(format!("a {} task needs a revision", kind.name)));
+                return Err(fail(format!("a {kind} task needs a revision")));
             };
             if !INITIAL_STATUSES.contains(&created.status) {
                 return Err(fail(format!("a task cannot be created {}", created.status)));
             }
-            let key = state_key(kind.target, operation_id);
+            let key = state_key(facts.target, operation_id);
             if rows.get(&key).is_some() {
                 return Err(fail(format!("task operation {operation_id} already exists")));
             }
             rows.put(Row::ProcessingState(ProcessingStateRow {
                 operation_id,
-                target_type: kind.target,
+                target_type: facts.target,
                 target_id,
-                task_kind: kind.name.to_string(),
+                task_kind: kind.clone(),
                 status: created.status,
                 priority: i64::from(created.priority),
                 requested_revision: revision,
@@ -480,6 +481,7 @@ impl Projector for ProcessingStates {
             Event::OperationProgressed(_) | Event::OperationStageChanged(_) => {}
             Event::OperationCreated(_)
             | Event::TaskVersionChanged(_)
+            | Event::TaskKindDeclared(_)
             | Event::ReviewResolved(_)
             | Event::BatchCreated(_)
             | Event::BatchItemsAdded(_)

@@ -21,7 +21,7 @@ use super::cells::{
 };
 use super::counts::{add_count, counts_key, BY_STATE, REVIEW_COUNTS_TABLE};
 use super::working_set::{RowKey, WorkingSet};
-use super::{operation_key, ProjectionSpec, Projector, Row};
+use super::{capability_key, operation_key, ProjectionSpec, Projector, Row};
 use crate::envelope::EventEnvelope;
 use crate::error::FoldError;
 use crate::events::Event;
@@ -54,10 +54,10 @@ pub static REVIEW_TABLE: TableSpec = TableSpec {
 
 pub static REVIEW_QUEUE: ProjectionSpec = ProjectionSpec {
     name: "review_queue",
-    version: 2,
+    version: 3,
     tables: &[&REVIEW_TABLE, &REVIEW_COUNTS_TABLE],
     question: "Which operations need a person now, why, and how was each past entry resolved?",
-    depends_on: &["media_operations"],
+    depends_on: &["media_operations", "entity_capability_states"],
 };
 
 #[derive(Debug, Clone, PartialEq)]
@@ -142,6 +142,7 @@ impl Projector for ReviewQueue {
         if let Some(operation_id) = event.event.operation_id() {
             keys.push(review_key(operation_id));
             keys.push(operation_key(operation_id));
+            keys.push(capability_key(operation_id));
             keys.push(counts_key(&REVIEW_COUNTS_TABLE, BY_STATE));
         }
     }
@@ -209,7 +210,11 @@ fn fold_entry(event: &EventEnvelope, operation_id: OperationId, rows: &mut Worki
         return Ok(());
     }
 
-    match (route(&operation.kind, operation.status), current) {
+    // Whether the capability the operation produces is required, as its
+    // capability row (folded first) says now.
+    let required =
+        matches!(rows.get(&capability_key(operation_id)), Some(Row::Capability(capability)) if capability.required);
+    match (route(&operation.kind, operation.status, required), current) {
         // Routed, and no entry is open: a new entry.
         (Some(code), current) if current.as_ref().is_none_or(|row| row.state != EntryState::Open) => {
             rows.put(Row::Review(ReviewRow {

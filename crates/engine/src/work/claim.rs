@@ -6,10 +6,11 @@
 
 use super::{load_claimed, stale_claim, state_append};
 use crate::error::EngineError;
+use crate::load::{all_kinds, undeclared};
 use crate::tx::{spawnable, CommandContext, Decided};
 use crate::Engine;
-use opledger_domain::projections::{state_locations, Row, REGIONS_TABLE};
-use opledger_domain::tasks::{task_kind, CLAIMABLE_STATUSES};
+use opledger_domain::projections::{state_locations, Row, MEDIA_TABLE, REGIONS_TABLE};
+use opledger_domain::tasks::CLAIMABLE_STATUSES;
 use opledger_domain::work::{self, Fence};
 use opledger_domain::{LeaseMs, MediaId, OperationId, RegionId, Timestamp};
 use opledger_store::{BoxFuture, ClaimQuery, Lease, RowTarget, Store, WriteTx};
@@ -43,6 +44,12 @@ pub struct TaskClaim {
     pub lease_expires_at: Timestamp,
     /// 1 for the first claim of this revision.
     pub attempt: i64,
+    /// Where the media item's file is, what kind of media it is, and its
+    /// content digest when registered: what a worker in any language needs
+    /// to open the file.
+    pub path: Option<String>,
+    pub media_kind: Option<String>,
+    pub content_digest: Option<String>,
 }
 
 impl TaskClaim {
@@ -92,15 +99,22 @@ impl<S: Store> Engine<S> {
             if request.worker.trim().is_empty() {
                 return Err(EngineError::invalid("a claim needs a worker name"));
             }
-            for kind in &request.kinds {
-                task_kind(kind)?;
-            }
             let stamp = self.stamp(context);
             let now = stamp.recorded_at;
             let lease_expires_at = lease.ends_at(now);
             let ids = self.ids.clone();
             self.command(move |tx, rows| {
                 Box::pin(async move {
+                    if !request.kinds.is_empty() {
+                        let kinds = all_kinds(tx).await?;
+                        if let Some(unknown) = request
+                            .kinds
+                            .iter()
+                            .find(|kind| !kinds.iter().any(|row| row.declared && row.name == **kind))
+                        {
+                            return Err(undeclared(unknown, &kinds));
+                        }
+                    }
                     let query = ClaimQuery {
                         kinds: request.kinds,
                         statuses: CLAIMABLE_STATUSES,
@@ -157,6 +171,9 @@ impl<S: Store> Engine<S> {
                             inputs,
                             lease_expires_at,
                             attempt: state.attempt_count + 1,
+                            path: None,
+                            media_kind: None,
+                            content_digest: None,
                         });
                         appends.push(state_append(&state, vec![stamp.event(event)]));
                         // The fold needs the row it claimed, and knows it is
@@ -184,6 +201,24 @@ impl<S: Store> Engine<S> {
                                     .filter(|claim| claim.region_id == Some(region.region_id))
                                 {
                                     claim.media_id = Some(region.media_id);
+                                }
+                            }
+                        }
+                    }
+                    // Every worker needs to find the item's file.
+                    let media_keys: Vec<String> = claims
+                        .iter()
+                        .filter_map(|claim| claim.media_id.map(|media_id| media_id.to_string()))
+                        .collect::<std::collections::BTreeSet<_>>()
+                        .into_iter()
+                        .collect();
+                    if !media_keys.is_empty() {
+                        for row in tx.load_rows(&MEDIA_TABLE, &media_keys).await? {
+                            if let Row::Media(item) = row {
+                                for claim in claims.iter_mut().filter(|claim| claim.media_id == Some(item.media_id)) {
+                                    claim.path = Some(item.path.clone());
+                                    claim.media_kind = Some(item.media_kind.clone());
+                                    claim.content_digest = item.content_digest.clone();
                                 }
                             }
                         }

@@ -29,7 +29,7 @@ pub use claim::{ClaimRequest, HeartbeatOutcome, Progress, TaskClaim, MAX_CLAIM_B
 pub use read::TaskView;
 pub use recover::{RecoveryHook, RecoveryReport};
 pub use report::OutcomeReport;
-pub(crate) use request::{inputs_with_defaults, request_in_tx};
+pub(crate) use request::request_in_tx;
 pub use request::{RequestOutcome, TaskRequest};
 
 use crate::error::EngineError;

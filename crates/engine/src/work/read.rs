@@ -6,7 +6,6 @@ use crate::error::EngineError;
 use crate::Engine;
 use opledger_domain::lease::lease_end;
 use opledger_domain::projections::{state_locations, state_table, Cell, ProcessingStateRow, Row};
-use opledger_domain::tasks::task_kind;
 use opledger_domain::{OperationId, Timestamp};
 use opledger_store::{Lease, Store};
 
@@ -36,7 +35,7 @@ impl<S: Store> Engine<S> {
     /// The processing state of `kind` on `target`, with its claim's
     /// liveness, from a read connection.
     pub async fn task_state(&self, target: TaskTarget, kind: &str) -> Result<Option<TaskView>, EngineError> {
-        let kind = task_kind(kind)?;
+        let kind = self.task_kind(kind).await?;
         if kind.target != target.target_type() {
             return Err(EngineError::invalid(format!(
                 "task kind {} runs on {} targets, not on a {}",
@@ -55,7 +54,7 @@ impl<S: Store> Engine<S> {
                 state_table(kind.target),
                 &[
                     (target_column, Cell::Uuid(target.id())),
-                    ("task_kind", Cell::Text(kind.name.to_string())),
+                    ("task_kind", Cell::Text(kind.name.clone())),
                 ],
                 1,
             )

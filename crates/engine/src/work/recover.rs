@@ -6,11 +6,12 @@
 
 use super::{load_state, state_append};
 use crate::error::EngineError;
+use crate::load::load_kinds;
 use crate::tx::{CommandContext, Decided};
 use crate::Engine;
 use opledger_domain::events::Event;
 use opledger_domain::lease::lease_end;
-use opledger_domain::tasks::task_kind;
+use opledger_domain::tasks::RetryPolicy;
 use opledger_domain::work;
 use opledger_store::{ExpiredClaim, Store, WriteTx};
 use std::collections::BTreeSet;
@@ -95,7 +96,11 @@ impl<S: Store> Engine<S> {
                                 batch.skipped += 1;
                                 continue;
                             }
-                            let policy = task_kind(&state.task_kind)?.policy;
+                            let kinds = load_kinds(tx, rows, [state.task_kind.as_str()]).await?;
+                            let policy = kinds
+                                .get(&state.task_kind)
+                                .and_then(|row| row.declaration.as_ref())
+                                .map_or(RetryPolicy::DEFAULT, |declaration| declaration.retry);
                             let events = work::decide_interrupt(&state, &policy, ends)?;
                             batch.interrupted += 1;
                             match events.last() {

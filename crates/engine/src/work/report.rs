@@ -8,9 +8,11 @@
 
 use super::{load_states, stale_claim, state_append, state_in, TaskOutcome};
 use crate::error::EngineError;
+use crate::load::load_kinds;
 use crate::tx::{spawnable, CommandContext, Decided, Stamp};
 use crate::Engine;
 use opledger_domain::events::{Event, OperationProgressed};
+use opledger_domain::tasks::RetryPolicy;
 use opledger_domain::work::{self, ClaimOutcome, Completion, Fence};
 use opledger_domain::{DomainError, OperationId};
 use opledger_store::{BoxFuture, Store, WriteTx};
@@ -147,6 +149,23 @@ impl<S: Store> Engine<S> {
                 let leases = tx.leases(&tokens).await?;
                 let operation_ids: Vec<OperationId> = leases.iter().map(|lease| lease.operation_id).collect();
                 load_states(tx, rows, &operation_ids).await?;
+                // Failures retry as their kind declares; only they need it.
+                let failing: Vec<String> = reports
+                    .iter()
+                    .filter(|report| matches!(report.outcome, ClaimOutcome::Fail { .. }))
+                    .filter_map(|report| {
+                        leases
+                            .iter()
+                            .find(|lease| lease.claim_token == report.fence.claim_token)
+                    })
+                    .filter_map(|lease| state_in(rows, lease.operation_id))
+                    .map(|state| state.task_kind)
+                    .collect();
+                let kinds = if failing.is_empty() {
+                    Default::default()
+                } else {
+                    load_kinds(tx, rows, failing.iter().map(String::as_str)).await?
+                };
                 let mut answers: Vec<Result<OperationId, EngineError>> = Vec::with_capacity(reports.len());
                 let mut appends = Vec::new();
                 let mut touched: Vec<OperationId> = Vec::new();
@@ -170,8 +189,12 @@ impl<S: Store> Engine<S> {
                                 fence.claim_token
                             ))));
                         }
+                        let policy = kinds
+                            .get(&state.task_kind)
+                            .and_then(|row| row.declaration.as_ref())
+                            .map_or(RetryPolicy::DEFAULT, |declaration| declaration.retry);
                         let outcome_events =
-                            work::decide_report(&state, &fence, outcome, stamp.recorded_at, jitter_draw)?;
+                            work::decide_report(&state, &fence, outcome, &policy, stamp.recorded_at, jitter_draw)?;
                         let mut events = Vec::with_capacity(outcome_events.len() + 1);
                         if lease.progress_unrecorded {
                             if let (Some(phase), Some(processed)) = (lease.phase.clone(), lease.processed) {

@@ -3,17 +3,20 @@
 //! the revision already requested is a no-op; another revision replaces
 //! the requested one atomically.
 
-use super::{state_append, TaskTarget};
+use super::{state_append, state_in, TaskTarget};
 use crate::error::EngineError;
+use crate::load::{all_kinds, load_kinds, undeclared};
 use crate::tx::{spawnable, CommandContext, Decided, Stamp};
 use crate::Engine;
 use opledger_domain::events::{Event, OperationCreated, OperationTarget};
+use opledger_domain::kinds::{complete_inputs, TaskFacts};
 use opledger_domain::projections::{
-    media_key, region_key, state_key, state_table, Cell, MediaRow, ProcessingStateRow, RegionRow, Row, WorkingSet,
-    MEDIA_TABLE, REGIONS_TABLE,
+    media_key, region_key, state_key, state_table, Cell, MediaRow, ProcessingStateRow, RegionRow, Row, TaskKindRow,
+    WorkingSet, MEDIA_TABLE, REGIONS_TABLE,
 };
 use opledger_domain::revision::compute_revision;
-use opledger_domain::tasks::{task_kind, TargetType, TaskKindSpec};
+use opledger_domain::tasks::TargetType;
+use opledger_domain::transitions::Cause;
 use opledger_domain::work;
 use opledger_domain::{MediaId, OperationId, OperationStatus, RegionId, StreamId};
 use opledger_store::{BoxFuture, ExpectedVersion, Store, StreamAppend, WriteTx};
@@ -39,11 +42,14 @@ pub struct RequestOutcome {
     /// False when that revision was already the requested one (waiting,
     /// running or completed): nothing was appended.
     pub created: bool,
+    /// The task's status after the request: `queued`, or `not_applicable`
+    /// for an item whose media kind the task kind does not apply to.
+    pub status: OperationStatus,
 }
 
-/// A prepared request: the kind, its current version, the caller's request
-/// and the id a new task operation would get.
-pub(crate) type PreparedRequest = Result<(&'static TaskKindSpec, String, TaskRequest, OperationId), EngineError>;
+/// A prepared request: the caller's request and the id a new task
+/// operation would get.
+pub(crate) type PreparedRequest = Result<(TaskRequest, OperationId), EngineError>;
 
 /// Decides a batch of task requests inside the caller's transaction: one
 /// read per table for the whole batch, then one answer per request and the
@@ -59,7 +65,7 @@ pub(crate) async fn request_in_tx<T: WriteTx>(
     // The targets, in two reads: regions first (a region
     // names its item), then every item.
     let region_ids: BTreeSet<RegionId> = valid()
-        .filter_map(|(_, _, request, _)| match request.target {
+        .filter_map(|(request, _)| match request.target {
             TaskTarget::Region(region_id) => Some(region_id),
             TaskTarget::Media(_) => None,
         })
@@ -74,7 +80,7 @@ pub(crate) async fn request_in_tx<T: WriteTx>(
         }
     }
     let media_ids: BTreeSet<MediaId> = valid()
-        .filter_map(|(_, _, request, _)| match request.target {
+        .filter_map(|(request, _)| match request.target {
             TaskTarget::Media(media_id) => Some(media_id),
             TaskTarget::Region(region_id) => regions.get(&region_id).map(|region| region.media_id),
         })
@@ -118,18 +124,45 @@ pub(crate) async fn request_in_tx<T: WriteTx>(
         );
     }
 
+    // The declared kinds the batch names, and, only when one is not
+    // declared, every kind (for the refusal to list them).
+    let kinds = load_kinds(tx, rows, valid().map(|(request, _)| request.kind.as_str())).await?;
+    let catalogue: Vec<TaskKindRow> =
+        if valid().any(|(request, _)| kinds.get(&request.kind).is_none_or(|row| row.declaration.is_none())) {
+            all_kinds(tx).await?
+        } else {
+            Vec::new()
+        };
+
     let mut answers = Vec::with_capacity(prepared.len());
     let mut appends = Vec::new();
     // (target, kind) → (operation, revision) decided in this batch.
     let mut decided: BTreeMap<(uuid::Uuid, String), (OperationId, String)> = BTreeMap::new();
     for item in prepared {
         let answer = (|| {
-            let (kind, version, request, new_operation_id) = item?;
+            let (request, new_operation_id) = item?;
+            let kind = kinds
+                .get(&request.kind)
+                .and_then(|row| row.declaration.as_ref())
+                .ok_or_else(|| undeclared(&request.kind, &catalogue))?;
+            if kind.target != request.target.target_type() {
+                return Err(EngineError::invalid(format!(
+                    "task kind {} runs on {} targets, not on a {}",
+                    kind.name,
+                    kind.target,
+                    request.target.target_type()
+                )));
+            }
+            let version = &kind.version;
             let (media_id, region_id, target_values) = target_values_of(request.target, &media, &regions)?;
-            let inputs = Value::Object(kind.complete_inputs(&request.inputs, &target_values)?);
-            let revision = compute_revision(kind.name, &version, &inputs)
+            let inputs = Value::Object(complete_inputs(kind, &request.inputs, &target_values)?);
+            let revision = compute_revision(&kind.name, version, &inputs)
                 .map_err(|error| EngineError::invalid(format!("{} inputs: {error}", kind.name)))?;
-            let slot = (request.target.id(), kind.name.to_string());
+            let media_kind = media
+                .get(&media_id)
+                .map(|item| item.media_kind.as_str())
+                .unwrap_or_default();
+            let slot = (request.target.id(), kind.name.clone());
             if let Some((operation_id, earlier)) = decided.get(&slot) {
                 if *earlier == revision {
                     return Ok((
@@ -137,6 +170,7 @@ pub(crate) async fn request_in_tx<T: WriteTx>(
                             operation_id: *operation_id,
                             requested_revision: revision,
                             created: false,
+                            status: OperationStatus::Queued,
                         },
                         None,
                     ));
@@ -148,12 +182,13 @@ pub(crate) async fn request_in_tx<T: WriteTx>(
                 )));
             }
             let (outcome, append) = match existing.get(&slot) {
-                Some(state) => match work::decide_request(state, &revision, inputs, &version) {
+                Some(state) => match work::decide_request(state, &revision, inputs, version) {
                     None => (
                         RequestOutcome {
                             operation_id: state.operation_id,
                             requested_revision: revision.clone(),
                             created: false,
+                            status: state.status,
                         },
                         None,
                     ),
@@ -162,14 +197,18 @@ pub(crate) async fn request_in_tx<T: WriteTx>(
                             operation_id: state.operation_id,
                             requested_revision: revision.clone(),
                             created: true,
+                            status: state.status,
                         },
                         Some(state_append(state, vec![stamp.event(event)])),
                     ),
                 },
                 None => {
+                    // A kind that does not apply to the item's media kind is
+                    // recorded as such, and never becomes claimable.
+                    let applies = kind.applies_to(media_kind);
                     let event = Event::OperationCreated(OperationCreated {
                         operation_id: new_operation_id,
-                        kind: kind.name.to_string(),
+                        kind: kind.name.clone(),
                         target: OperationTarget {
                             media_id: Some(media_id),
                             region_id,
@@ -177,20 +216,42 @@ pub(crate) async fn request_in_tx<T: WriteTx>(
                         },
                         revision: Some(revision.clone()),
                         inputs,
-                        status: OperationStatus::Queued,
+                        status: if applies {
+                            OperationStatus::Queued
+                        } else {
+                            OperationStatus::Pending
+                        },
                         priority: request.priority,
                         task_version: Some(version.clone()),
+                        task: Some(TaskFacts::of(kind)),
                     });
+                    let mut events = vec![stamp.event(event)];
+                    if !applies {
+                        let reason = format!(
+                            "{} applies to {}, not to {media_kind:?}",
+                            kind.name,
+                            kind.applies_to.join(", ")
+                        );
+                        events.extend(
+                            Event::for_reason(Cause::MarkNotApplicable, new_operation_id, reason)
+                                .map(|event| stamp.event(event)),
+                        );
+                    }
                     (
                         RequestOutcome {
                             operation_id: new_operation_id,
                             requested_revision: revision.clone(),
                             created: true,
+                            status: if applies {
+                                OperationStatus::Queued
+                            } else {
+                                OperationStatus::NotApplicable
+                            },
                         },
                         Some(StreamAppend {
                             stream_id: StreamId::operation(new_operation_id),
                             expected: ExpectedVersion::NoStream,
-                            events: vec![stamp.event(event)],
+                            events,
                         }),
                     )
                 }
@@ -242,27 +303,8 @@ fn target_values_of(
     if let Some(digest) = &item.content_digest {
         values.insert("content_digest".to_string(), Value::String(digest.clone()));
     }
+    values.insert("media_kind".to_string(), Value::String(item.media_kind.clone()));
     Ok((media_id, region_id, values))
-}
-
-/// The inputs of one kind in a batch: the kind's defaults, overridden by
-/// what the caller gave.
-pub(crate) fn inputs_with_defaults(kind: &str, given: Option<&Value>) -> Result<Value, EngineError> {
-    let spec = task_kind(kind)?;
-    let mut inputs: Map<String, Value> = match serde_json::from_str(spec.defaults) {
-        Ok(Value::Object(defaults)) => defaults,
-        _ => Map::new(),
-    };
-    match given {
-        None => {}
-        Some(Value::Object(given)) => inputs.extend(given.clone()),
-        Some(other) => {
-            return Err(EngineError::invalid(format!(
-                "{kind} inputs must be a JSON object, not {other}"
-            )))
-        }
-    }
-    Ok(Value::Object(inputs))
 }
 
 impl<S: Store> Engine<S> {
@@ -300,36 +342,40 @@ impl<S: Store> Engine<S> {
             self.command(move |tx, rows| {
                 Box::pin(async move {
                     let (answers, appends) = request_in_tx(tx, rows, prepared, &stamp).await?;
-                    Ok(Decided::answer(answers, appends))
+                    // Each answer says where its task stands once the
+                    // appends are folded.
+                    Ok(Decided::then(appends, move |rows, _| {
+                        Ok(answers
+                            .into_iter()
+                            .map(|answer| {
+                                answer.map(|mut outcome| {
+                                    if let Some(state) = state_in(rows, outcome.operation_id) {
+                                        outcome.status = state.status;
+                                    }
+                                    outcome
+                                })
+                            })
+                            .collect())
+                    }))
                 })
             })
             .await
         })
     }
 
-    /// Checks each request's kind and target type and fixes the kind's
-    /// current version and the id a new task would get.
+    /// Checks each request's shape and fixes the id a new task would get;
+    /// the kind is checked against its declaration in the transaction.
     pub(crate) fn prepare_requests(&self, requests: Vec<TaskRequest>) -> Vec<PreparedRequest> {
         requests
             .into_iter()
             .map(|request| {
-                let kind = task_kind(&request.kind)?;
-                if kind.target != request.target.target_type() {
-                    return Err(EngineError::invalid(format!(
-                        "task kind {} runs on {} targets, not on a {}",
-                        kind.name,
-                        kind.target,
-                        request.target.target_type()
-                    )));
-                }
                 if !request.inputs.is_object() {
                     return Err(EngineError::invalid(format!(
-                        "{} inputs must be a JSON object, not {}",
-                        kind.name, request.inputs
+                        "{} inputs must be a JSON object",
+                        request.kind.chars().take(64).collect::<String>()
                     )));
                 }
-                let version = self.task_version(kind.name).to_string();
-                Ok((kind, version, request, OperationId(self.ids.next())))
+                Ok((request, OperationId(self.ids.next())))
             })
             .collect()
     }
