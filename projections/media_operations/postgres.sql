@@ -1,4 +1,4 @@
--- media_operations, version 4 (PostgreSQL). See media_registry/postgres.sql
+-- media_operations, version 5 (PostgreSQL). See media_registry/postgres.sql
 -- for the t: and r: placeholders. Every command on an operation rewrites its
 -- row; the fill factor leaves room on the page for the new version, so an
 -- update that changes no indexed column stays on the page (HOT).
@@ -30,6 +30,10 @@ CREATE TABLE {{t:media_operations}} (
     total              bigint      CHECK (total IS NULL OR total >= 0),
     last_error         text,
     status_reason      text,
+    blocked_on         text,
+    blocked_on_status  text        CHECK (blocked_on_status IS NULL OR blocked_on_status IN (
+        'not_applicable', 'pending', 'queued', 'running', 'succeeded', 'no_result', 'missing_confirmed',
+        'blocked', 'failed_retryable', 'failed_terminal', 'skipped', 'stale')),
     created_at         timestamptz NOT NULL,
     updated_at         timestamptz NOT NULL,
     version            bigint      NOT NULL CHECK (version >= 1),
@@ -38,7 +42,11 @@ CREATE TABLE {{t:media_operations}} (
     CHECK ((claim_token IS NULL) = (worker IS NULL)),
     CHECK ((claim_token IS NULL) = (lease_expires_at IS NULL)),
     -- Only file ingestions carry a stage.
-    CHECK ((kind = 'ingestion.file') = (stage IS NOT NULL))
+    CHECK ((kind = 'ingestion.file') = (stage IS NOT NULL)),
+    -- Only a blocked operation waits for a need (version 5), and only a need
+    -- has a standing.
+    CHECK (blocked_on IS NULL OR status = 'blocked'),
+    CHECK (blocked_on IS NOT NULL OR blocked_on_status IS NULL)
 ) WITH (fillfactor = 90);
 
 -- Operations of one media item. No index by status (dropped in version 3):

@@ -1,4 +1,4 @@
--- media_operations, version 4 (SQLite). See media_registry/sqlite.sql for
+-- media_operations, version 5 (SQLite). See media_registry/sqlite.sql for
 -- the t: and r: placeholders.
 CREATE TABLE {{t:media_operations}} (
     id                 TEXT    PRIMARY KEY NOT NULL,
@@ -28,6 +28,10 @@ CREATE TABLE {{t:media_operations}} (
     total              INTEGER CHECK (total IS NULL OR total >= 0),
     last_error         TEXT,
     status_reason      TEXT,
+    blocked_on         TEXT,
+    blocked_on_status  TEXT    CHECK (blocked_on_status IS NULL OR blocked_on_status IN (
+        'not_applicable', 'pending', 'queued', 'running', 'succeeded', 'no_result', 'missing_confirmed',
+        'blocked', 'failed_retryable', 'failed_terminal', 'skipped', 'stale')),
     created_at         TEXT    NOT NULL,
     updated_at         TEXT    NOT NULL,
     version            INTEGER NOT NULL CHECK (version >= 1),
@@ -36,7 +40,11 @@ CREATE TABLE {{t:media_operations}} (
     CHECK ((claim_token IS NULL) = (worker IS NULL)),
     CHECK ((claim_token IS NULL) = (lease_expires_at IS NULL)),
     -- Only file ingestions carry a stage.
-    CHECK ((kind = 'ingestion.file') = (stage IS NOT NULL))
+    CHECK ((kind = 'ingestion.file') = (stage IS NOT NULL)),
+    -- Only a blocked operation waits for a need (version 5), and only a need
+    -- has a standing.
+    CHECK (blocked_on IS NULL OR status = 'blocked'),
+    CHECK (blocked_on IS NOT NULL OR blocked_on_status IS NULL)
 );
 
 -- Operations of one media item. No index by status (dropped in version 3):

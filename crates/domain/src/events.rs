@@ -12,7 +12,7 @@
 
 use crate::error::DecodeError;
 use crate::ids::{BatchId, MediaId, OperationId, RegionId};
-use crate::kinds::{KindChange, KindDeclaration, TaskFacts};
+use crate::kinds::{BlockedOn, KindChange, KindDeclaration, TaskFacts};
 use crate::status::{IngestionStage, OperationStatus};
 use crate::time::Timestamp;
 use crate::transitions::Cause;
@@ -133,6 +133,22 @@ pub struct OperationReason {
     pub operation_id: OperationId,
     #[serde(default)]
     pub reason: String,
+}
+
+/// An operation was blocked: by a person or a caller (`blocked_on` absent),
+/// or because a capability its kind needs has not succeeded on its item.
+/// Recorded again, from `blocked`, when that need's standing changes (the
+/// work it waits for ended without a result, or another need is now the
+/// one it waits for).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OperationBlocked {
+    pub operation_id: OperationId,
+    #[serde(default)]
+    pub reason: String,
+    /// The unmet need. Optional and additive: blocks recorded before needs
+    /// existed read as `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocked_on: Option<BlockedOn>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -383,7 +399,7 @@ event_catalogue! {
     RegionRemoved(RegionRemoved) = "region_removed", v 1;
     OperationCreated(OperationCreated) = "operation_created", v 3;
     OperationQueued(OperationReason) = "operation_queued", v 1;
-    OperationBlocked(OperationReason) = "operation_blocked", v 1;
+    OperationBlocked(OperationBlocked) = "operation_blocked", v 1;
     OperationUnblocked(OperationReason) = "operation_unblocked", v 1;
     OperationClaimed(OperationClaimed) = "operation_claimed", v 1;
     OperationStarted(OperationStarted) = "operation_started", v 1;
@@ -470,7 +486,6 @@ impl Event {
         Some(match self {
             Event::OperationCreated(event) => event.operation_id,
             Event::OperationQueued(event)
-            | Event::OperationBlocked(event)
             | Event::OperationUnblocked(event)
             | Event::OperationFoundNothing(event)
             | Event::OperationMissingConfirmed(event)
@@ -481,6 +496,7 @@ impl Event {
             | Event::OperationCancelRequested(event)
             | Event::OperationCancelled(event)
             | Event::OperationReopened(event) => event.operation_id,
+            Event::OperationBlocked(event) => event.operation_id,
             Event::OperationClaimed(event) => event.operation_id,
             Event::OperationStarted(event) => event.operation_id,
             Event::OperationProgressed(event) => event.operation_id,
@@ -507,6 +523,16 @@ impl Event {
         })
     }
 
+    /// The block of an operation that waits for `need`, a capability its
+    /// kind needs on the item.
+    pub fn blocked_on_need(operation_id: OperationId, need: BlockedOn) -> Event {
+        Event::OperationBlocked(OperationBlocked {
+            operation_id,
+            reason: need.reason(),
+            blocked_on: Some(need),
+        })
+    }
+
     /// Builds the event that makes `cause` happen to an operation, with a
     /// reason, for the causes whose events carry nothing but a reason.
     /// Causes that need more (claim, start, succeed, fail, retry, interrupt)
@@ -515,7 +541,11 @@ impl Event {
         let payload = OperationReason { operation_id, reason };
         Some(match cause {
             Cause::Enqueue => Event::OperationQueued(payload),
-            Cause::Block => Event::OperationBlocked(payload),
+            Cause::Block => Event::OperationBlocked(OperationBlocked {
+                operation_id,
+                reason: payload.reason,
+                blocked_on: None,
+            }),
             Cause::Unblock => Event::OperationUnblocked(payload),
             Cause::FindNothing => Event::OperationFoundNothing(payload),
             Cause::ConfirmMissing => Event::OperationMissingConfirmed(payload),

@@ -3,9 +3,12 @@
 //!
 //! Only terminal or actionable states are routed; pending, queued, running,
 //! retrying and stale work never appears. An optional capability that
-//! finds nothing (`no_result`) needs nobody. Routing is a pure function of
-//! the operation's kind and status, tested as a table.
+//! finds nothing (`no_result`) needs nobody, and neither does work blocked
+//! by its kind's `needs` while the work it waits for is still in progress.
+//! Routing is a pure function of the operation's kind, status and block,
+//! tested as a table.
 
+use crate::kinds::BlockedOn;
 use crate::projections::INGESTION_FILE;
 use crate::status::OperationStatus;
 use serde::{Deserialize, Serialize};
@@ -50,12 +53,25 @@ impl fmt::Display for ReasonCode {
 /// The routing policy: whether an operation of `kind` that reached `status`
 /// gets a review entry, and why. `required`: whether the capability the
 /// operation produces is required (false when it produces none).
-pub fn route(kind: &str, status: OperationStatus, required: bool) -> Option<ReasonCode> {
+/// `blocked_on`: for a blocked operation, the need of its kind it waits for
+/// (`None` for a block by a person or caller, which always needs one).
+pub fn route(
+    kind: &str,
+    status: OperationStatus,
+    required: bool,
+    blocked_on: Option<&BlockedOn>,
+) -> Option<ReasonCode> {
     use OperationStatus as O;
     match status {
         O::FailedTerminal => Some(ReasonCode::FailedTerminal),
         O::DeadLettered => Some(ReasonCode::DeadLettered),
-        O::Blocked => Some(ReasonCode::Blocked),
+        // Waiting for work in progress needs nobody; a need whose work
+        // ended without a result needs a person when the kind is required.
+        O::Blocked => match blocked_on {
+            Some(need) if need.is_waiting() => None,
+            Some(_) => required.then_some(ReasonCode::Blocked),
+            None => Some(ReasonCode::Blocked),
+        },
         O::MissingConfirmed if kind == INGESTION_FILE => Some(ReasonCode::SourceMissing),
         O::MissingConfirmed => required.then_some(ReasonCode::MissingRequired),
         O::Pending
@@ -184,7 +200,7 @@ mod tests {
             let row: Vec<String> = kinds
                 .iter()
                 .map(|(kind, required)| {
-                    route(kind, *status, *required).map_or("-".to_string(), |code| code.to_string())
+                    route(kind, *status, *required, None).map_or("-".to_string(), |code| code.to_string())
                 })
                 .collect();
             lines.push(format!("{status}: {}", row.join(" | ")));
@@ -210,6 +226,33 @@ mod tests {
                 "skipped: - | - | - | -",
             ]
         );
+    }
+
+    /// A block by a need: nobody's business while the needed work is in
+    /// progress; a required kind's once that work ended without a result.
+    #[test]
+    fn a_block_by_a_need_is_routed_only_when_stuck_and_required() {
+        use crate::status::CapabilityStatus;
+        let need = |status| BlockedOn {
+            capability: "metadata".into(),
+            status,
+        };
+        let blocked = OperationStatus::Blocked;
+        for waiting in [
+            None,
+            Some(CapabilityStatus::Queued),
+            Some(CapabilityStatus::FailedRetryable),
+        ] {
+            assert_eq!(
+                route("caption", blocked, true, Some(&need(waiting))),
+                None,
+                "{waiting:?}"
+            );
+        }
+        let stuck = need(Some(CapabilityStatus::FailedTerminal));
+        assert_eq!(route("caption", blocked, true, Some(&stuck)), Some(ReasonCode::Blocked));
+        assert_eq!(route("caption", blocked, false, Some(&stuck)), None);
+        assert_eq!(route("caption", blocked, false, None), Some(ReasonCode::Blocked));
     }
 
     #[test]

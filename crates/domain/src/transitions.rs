@@ -19,7 +19,8 @@ use std::str::FromStr;
 pub enum Cause {
     /// Made claimable.
     Enqueue,
-    /// A prerequisite is missing; waits for an unblock.
+    /// A prerequisite is missing; waits for an unblock. Recorded again on a
+    /// blocked operation when what it waits for changes.
     Block,
     /// The prerequisite arrived.
     Unblock,
@@ -161,7 +162,7 @@ pub const TABLE: &[Rule] = &[
     },
     Rule {
         cause: Cause::Block,
-        from: &[Pending, Queued, RetryWaiting],
+        from: &[Pending, Queued, RetryWaiting, Blocked],
         destination: Blocked,
     },
     Rule {

@@ -674,6 +674,7 @@ fn new_ingestion_row(operation_id: OperationId, file: &FileObservation, now: Tim
         total: None,
         last_error: None,
         status_reason: None,
+        blocked_on: None,
         created_at: now,
         updated_at: now,
         version: 1,

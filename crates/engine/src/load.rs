@@ -4,10 +4,10 @@
 
 use crate::error::EngineError;
 use opledger_domain::projections::{
-    media_key, operation_key, task_kind_key, MediaRow, OperationRow, Row, RowKey, TaskKindRow, WorkingSet, MEDIA_TABLE,
-    OPERATIONS_TABLE, TASK_KINDS_TABLE,
+    media_key, operation_key, task_kind_key, Cell, MediaRow, OperationRow, Row, RowKey, TaskKindRow, WorkingSet,
+    CAPABILITY_STATES_TABLE, MEDIA_TABLE, OPERATIONS_TABLE, TASK_KINDS_TABLE,
 };
-use opledger_domain::{MediaId, OperationId};
+use opledger_domain::{CapabilityStatus, MediaId, OperationId};
 use opledger_store::WriteTx;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -108,6 +108,31 @@ pub(crate) async fn load_kinds<T: WriteTx>(
             _ => None,
         })
         .collect())
+}
+
+/// Each capability's status on these media items, by (item, capability),
+/// as this transaction sees them (a row the working set holds is newer than
+/// the stored one). A capability no work was requested for is absent.
+pub(crate) async fn capability_statuses<T: WriteTx>(
+    tx: &mut T,
+    rows: &WorkingSet,
+    media_ids: &BTreeSet<MediaId>,
+) -> Result<BTreeMap<(MediaId, String), CapabilityStatus>, EngineError> {
+    if media_ids.is_empty() {
+        return Ok(BTreeMap::new());
+    }
+    let values: Vec<Cell> = media_ids.iter().map(|id| Cell::Uuid(id.0)).collect();
+    let mut statuses = BTreeMap::new();
+    for stored in tx.find_rows_in(&CAPABILITY_STATES_TABLE, "media_id", &values).await? {
+        let row = match rows.get(&stored.key()) {
+            Some(newer) => newer,
+            None => &stored,
+        };
+        if let Row::Capability(capability) = row {
+            statuses.insert((capability.media_id, capability.capability.clone()), capability.status);
+        }
+    }
+    Ok(statuses)
 }
 
 /// Every task kind row, in name order.

@@ -4,14 +4,18 @@
 //! and reason, on the operation's stream); a retry re-enters the work
 //! protocol in the same transaction (the operation reopened, or its
 //! revision requested again), and the entry closes when the work succeeds.
+//! Retrying work blocked by a need whose work ended without a result
+//! retries that work: the need's operation is reopened, and the blocked
+//! task waits for it again.
 
 use crate::error::EngineError;
 use crate::load::load_operation;
-use crate::tx::{CommandContext, Decided};
+use crate::tx::{CommandContext, Decided, Stamp};
 use crate::Engine;
 use opledger_domain::events::{Event, OperationRevisionRequested, ReviewResolved};
+use opledger_domain::kinds::BlockedOn;
 use opledger_domain::projections::{
-    CapabilityRow, Cell, OperationRow, ReviewRow, Row, CAPABILITY_STATES_TABLE, REVIEW_TABLE,
+    CapabilityRow, Cell, OperationRow, ReviewRow, Row, WorkingSet, CAPABILITY_STATES_TABLE, REVIEW_TABLE,
 };
 use opledger_domain::review::{EntryState, ReviewAction};
 use opledger_domain::transitions::{self, Cause};
@@ -105,16 +109,24 @@ impl<S: Store> Engine<S> {
                     reason: reason.clone(),
                     revision: revision.clone(),
                 })];
-                if action == ReviewAction::Retry {
-                    events.extend(retry_events(&operation, requested_at, &reason)?);
+                let mut appends = Vec::new();
+                match (action, stuck_need(&operation), &requested_at) {
+                    (ReviewAction::Retry, Some(need), None) => {
+                        appends.push(retry_need(tx, rows, &operation, need, &reason, &stamp).await?);
+                    }
+                    (ReviewAction::Retry, _, _) => events.extend(retry_events(&operation, requested_at, &reason)?),
+                    (ReviewAction::Dismiss | ReviewAction::Acknowledge, _, _) => {}
                 }
                 let events = events.into_iter().map(|event| stamp.event(event)).collect();
-                let append = StreamAppend {
-                    stream_id: StreamId::operation(operation_id),
-                    expected: ExpectedVersion::Exactly(operation.version),
-                    events,
-                };
-                Ok(Decided::answer((), vec![append]))
+                appends.insert(
+                    0,
+                    StreamAppend {
+                        stream_id: StreamId::operation(operation_id),
+                        expected: ExpectedVersion::Exactly(operation.version),
+                        events,
+                    },
+                );
+                Ok(Decided::answer((), appends))
             })
         })
         .await?;
@@ -172,6 +184,65 @@ impl<S: Store> Engine<S> {
         rows.sort_by(|a, b| a.capability.cmp(&b.capability));
         Ok(rows)
     }
+}
+
+/// The need a blocked operation waits for, when that need's work ended
+/// without a result (a block a person can act on by retrying the need).
+fn stuck_need(operation: &OperationRow) -> Option<&BlockedOn> {
+    operation
+        .blocked_on
+        .as_ref()
+        .filter(|need| operation.status == OperationStatus::Blocked && !need.is_waiting())
+}
+
+/// Retrying work blocked by `need` retries the need's work on the item:
+/// its operation is reopened (the blocked work then waits for it again,
+/// and runs once it succeeds). Refused, naming the need, when that work
+/// cannot run again (it does not apply to the item).
+async fn retry_need<T: WriteTx>(
+    tx: &mut T,
+    rows: &mut WorkingSet,
+    operation: &OperationRow,
+    need: &BlockedOn,
+    reason: &str,
+    stamp: &Stamp,
+) -> Result<StreamAppend, EngineError> {
+    let media_id = operation
+        .media_id
+        .ok_or_else(|| EngineError::invalid("a blocked task without a media item has no need to retry"))?;
+    let needed = match tx
+        .find_rows(
+            &CAPABILITY_STATES_TABLE,
+            &[
+                ("media_id", Cell::Uuid(media_id.0)),
+                ("capability", Cell::Text(need.capability.clone())),
+            ],
+            1,
+        )
+        .await?
+        .pop()
+    {
+        Some(Row::Capability(capability)) => capability,
+        _ => return Err(EngineError::not_found("capability", &need.capability)),
+    };
+    let producer = load_operation(tx, rows, needed.operation_id).await?;
+    transitions::transition(producer.status, Cause::Reopen).map_err(|_| {
+        EngineError::Domain(DomainError::Conflict(format!(
+            "{} waits for {need}, whose {} task is {} and cannot be retried; dismiss or acknowledge this entry",
+            operation.kind, producer.kind, producer.status
+        )))
+    })?;
+    let reopen = Event::for_reason(
+        Cause::Reopen,
+        producer.operation_id,
+        format!("retry of {} from the review queue: {reason}", operation.kind),
+    )
+    .expect("a reopen carries a reason only");
+    Ok(StreamAppend {
+        stream_id: StreamId::operation(producer.operation_id),
+        expected: ExpectedVersion::Exactly(producer.version),
+        events: vec![stamp.event(reopen)],
+    })
 }
 
 /// The events that put an operation back to work for a retry from the

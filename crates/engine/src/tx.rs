@@ -87,11 +87,16 @@ pub(crate) fn spawnable<'a, T>(future: impl Future<Output = T> + Send + 'a) -> B
 /// this order: each reads the envelopes the command appended and the rows
 /// they left, and returns appends of its own, which are appended and folded
 /// in the same transaction. A reaction's own events get no reactions (none
-/// of them settles an operation), so this never recurses.
+/// of them settles or reopens an operation: batch settlements, and the
+/// unblocking, enqueueing and blocking of waiting tasks), so this never
+/// recurses.
 pub(crate) const REACTIONS: &[Reaction] = &[
     // Completion reconciliation: batches holding an operation these events
     // settled record its outcome in the same transaction.
     Reaction::BatchSettlement,
+    // Needs: tasks blocked by a capability these events settled or
+    // reopened are queued when their needs are met, or blocked again.
+    Reaction::Needs,
 ];
 
 /// Appends, folds every projection inline, and moves their positions, then

@@ -657,7 +657,8 @@ impl World {
                 route(
                     &operation.kind,
                     operation.status,
-                    legacy::facts(&operation.kind).is_some_and(|facts| facts.required)
+                    legacy::facts(&operation.kind).is_some_and(|facts| facts.required),
+                    operation.blocked_on.as_ref()
                 )
                 .is_some(),
                 "open entry for a {} operation",

@@ -15,9 +15,11 @@
 mod change;
 mod inputs;
 pub mod legacy;
+mod needs;
 
 pub use change::{check_catalogue, classify, KindChange};
 pub use inputs::{complete_inputs, InputDecl, InputKind, TARGET_VALUES};
+pub use needs::{unmet_need, BlockedOn, DEPENDENCY_SATISFIED};
 
 use crate::error::DomainError;
 use crate::tasks::{RetryPolicy, TargetType};
@@ -119,6 +121,12 @@ impl KindDeclaration {
         }
         for media_kind in &self.applies_to {
             check_name("media kind in applies_to", media_kind).map_err(|error| invalid(error.to_string()))?;
+        }
+        if self.target == TargetType::Region && !self.needs.is_empty() {
+            return Err(invalid(
+                "a region kind cannot have needs: needs wait for capabilities of a media item, which media kinds produce"
+                    .to_string(),
+            ));
         }
         for capability in &self.needs {
             check_name("capability in needs", capability).map_err(|error| invalid(error.to_string()))?;

@@ -15,6 +15,7 @@ use crate::envelope::EventEnvelope;
 use crate::error::FoldError;
 use crate::events::Event;
 use crate::ids::{MediaId, OperationId, RegionId};
+use crate::kinds::BlockedOn;
 use crate::status::{IngestionStage, OperationStatus};
 use crate::time::Timestamp;
 use crate::transitions::{self, INITIAL_STATUSES};
@@ -47,6 +48,8 @@ pub static OPERATIONS_TABLE: TableSpec = TableSpec {
         ColumnSpec::optional("total", ColumnType::Integer),
         ColumnSpec::optional("last_error", ColumnType::Text),
         ColumnSpec::optional("status_reason", ColumnType::Text),
+        ColumnSpec::optional("blocked_on", ColumnType::Text),
+        ColumnSpec::optional("blocked_on_status", ColumnType::Text),
         ColumnSpec::required("created_at", ColumnType::Timestamp),
         ColumnSpec::required("updated_at", ColumnType::Timestamp),
         ColumnSpec::required("version", ColumnType::Integer),
@@ -56,7 +59,7 @@ pub static OPERATIONS_TABLE: TableSpec = TableSpec {
 
 pub static MEDIA_OPERATIONS: ProjectionSpec = ProjectionSpec {
     name: "media_operations",
-    version: 4,
+    version: 5,
     tables: &[&OPERATIONS_TABLE, &OPERATION_COUNTS_TABLE],
     question: "What work exists, where does each operation stand, who holds it, and why is it waiting or failed?",
     depends_on: &[],
@@ -92,6 +95,9 @@ pub struct OperationRow {
     pub last_error: Option<String>,
     /// The reason recorded with the latest status change.
     pub status_reason: Option<String>,
+    /// For an operation blocked by its kind's `needs`: the need it waits
+    /// for, and where that stood when the block was recorded.
+    pub blocked_on: Option<BlockedOn>,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
     /// The operation stream's version after the last event folded in.
@@ -124,6 +130,13 @@ impl OperationRow {
             integer_or_null(self.total),
             text_or_null(&self.last_error),
             text_or_null(&self.status_reason),
+            self.blocked_on
+                .as_ref()
+                .map_or(Cell::Null, |need| Cell::Text(need.capability.clone())),
+            self.blocked_on
+                .as_ref()
+                .and_then(|need| need.status)
+                .map_or(Cell::Null, |status| Cell::Text(status.as_str().to_string())),
             Cell::Timestamp(self.created_at),
             Cell::Timestamp(self.updated_at),
             Cell::Integer(self.version),
@@ -155,6 +168,11 @@ impl OperationRow {
             total: reader.optional_integer()?,
             last_error: reader.optional_text()?,
             status_reason: reader.optional_text()?,
+            blocked_on: {
+                let capability = reader.optional_text()?;
+                let status = reader.optional_parsed()?;
+                capability.map(|capability| BlockedOn { capability, status })
+            },
             created_at: reader.timestamp()?,
             updated_at: reader.timestamp()?,
             version: reader.integer()?,
@@ -230,6 +248,7 @@ impl Projector for MediaOperations {
                 total: None,
                 last_error: None,
                 status_reason: None,
+                blocked_on: None,
                 created_at: event.recorded_at,
                 updated_at: event.recorded_at,
                 version: event.stream_version,
@@ -273,6 +292,9 @@ impl Projector for MediaOperations {
         rows.modify(&key, |row| {
             if let Row::Operation(next) = row {
                 next.status = status;
+                if status != OperationStatus::Blocked {
+                    next.blocked_on = None;
+                }
                 change_operation(next, event);
                 next.updated_at = event.recorded_at;
                 next.version = event.stream_version;
@@ -334,8 +356,12 @@ fn change_operation(next: &mut OperationRow, event: &EventEnvelope) {
             next.available_at = Some(event.recorded_at);
             next.status_reason = Some(reason.reason.clone());
         }
-        Event::OperationBlocked(reason)
-        | Event::OperationFoundNothing(reason)
+        Event::OperationBlocked(blocked) => {
+            next.clear_claim();
+            next.status_reason = Some(blocked.reason.clone());
+            next.blocked_on = blocked.blocked_on.clone();
+        }
+        Event::OperationFoundNothing(reason)
         | Event::OperationMissingConfirmed(reason)
         | Event::OperationNotApplicable(reason)
         | Event::OperationSkipped(reason)

@@ -470,8 +470,11 @@ impl Projector for ProcessingStates {
                 next.available_at = event.recorded_at;
                 next.status_reason = Some(reason.reason.clone());
             }
-            Event::OperationBlocked(reason)
-            | Event::OperationMissingConfirmed(reason)
+            Event::OperationBlocked(blocked) => {
+                next.status_reason = Some(blocked.reason.clone());
+                next.clear_claim();
+            }
+            Event::OperationMissingConfirmed(reason)
             | Event::OperationNotApplicable(reason)
             | Event::OperationSkipped(reason)
             | Event::OperationDeadLettered(reason) => {

@@ -214,7 +214,15 @@ fn fold_entry(event: &EventEnvelope, operation_id: OperationId, rows: &mut Worki
     // capability row (folded first) says now.
     let required =
         matches!(rows.get(&capability_key(operation_id)), Some(Row::Capability(capability)) if capability.required);
-    match (route(&operation.kind, operation.status, required), current) {
+    match (
+        route(
+            &operation.kind,
+            operation.status,
+            required,
+            operation.blocked_on.as_ref(),
+        ),
+        current,
+    ) {
         // Routed, and no entry is open: a new entry.
         (Some(code), current) if current.as_ref().is_none_or(|row| row.state != EntryState::Open) => {
             rows.put(Row::Review(ReviewRow {

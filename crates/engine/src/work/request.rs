@@ -5,11 +5,12 @@
 
 use super::{state_append, state_in, TaskTarget};
 use crate::error::EngineError;
-use crate::load::{all_kinds, load_kinds, undeclared};
+use crate::load::{all_kinds, capability_statuses, load_kinds, undeclared};
 use crate::tx::{spawnable, CommandContext, Decided, Stamp};
 use crate::Engine;
+use opledger_domain::capabilities::capability_status;
 use opledger_domain::events::{Event, OperationCreated, OperationTarget};
-use opledger_domain::kinds::{complete_inputs, TaskFacts};
+use opledger_domain::kinds::{complete_inputs, unmet_need, BlockedOn, KindDeclaration, TaskFacts};
 use opledger_domain::projections::{
     media_key, region_key, state_key, state_table, Cell, MediaRow, ProcessingStateRow, RegionRow, Row, TaskKindRow,
     WorkingSet, MEDIA_TABLE, REGIONS_TABLE,
@@ -18,7 +19,7 @@ use opledger_domain::revision::compute_revision;
 use opledger_domain::tasks::TargetType;
 use opledger_domain::transitions::Cause;
 use opledger_domain::work;
-use opledger_domain::{MediaId, OperationId, OperationStatus, RegionId, StreamId};
+use opledger_domain::{CapabilityStatus, MediaId, OperationId, OperationStatus, RegionId, StreamId};
 use opledger_store::{BoxFuture, ExpectedVersion, Store, StreamAppend, WriteTx};
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, BTreeSet};
@@ -42,8 +43,9 @@ pub struct RequestOutcome {
     /// False when that revision was already the requested one (waiting,
     /// running or completed): nothing was appended.
     pub created: bool,
-    /// The task's status after the request: `queued`, or `not_applicable`
-    /// for an item whose media kind the task kind does not apply to.
+    /// The task's status after the request: `queued`; `not_applicable` for
+    /// an item whose media kind the task kind does not apply to; `blocked`
+    /// while a capability the kind needs has not succeeded on the item.
     pub status: OperationStatus,
 }
 
@@ -134,6 +136,17 @@ pub(crate) async fn request_in_tx<T: WriteTx>(
             Vec::new()
         };
 
+    // The items' capabilities, when a kind of the batch has needs; the
+    // batch's own new tasks join them as they are decided.
+    let with_needs = kinds
+        .values()
+        .any(|row| row.declaration.as_ref().is_some_and(|kind| !kind.needs.is_empty()));
+    let mut capabilities = if with_needs {
+        capability_statuses(tx, rows, &media_ids).await?
+    } else {
+        BTreeMap::new()
+    };
+
     let mut answers = Vec::with_capacity(prepared.len());
     let mut appends = Vec::new();
     // (target, kind) → (operation, revision) decided in this batch.
@@ -192,20 +205,40 @@ pub(crate) async fn request_in_tx<T: WriteTx>(
                         },
                         None,
                     ),
-                    Some(event) => (
-                        RequestOutcome {
-                            operation_id: state.operation_id,
-                            requested_revision: revision.clone(),
-                            created: true,
-                            status: state.status,
-                        },
-                        Some(state_append(state, vec![stamp.event(event)])),
-                    ),
+                    Some(event) => {
+                        let requeued =
+                            matches!(&event, Event::OperationRevisionRequested(requested) if requested.requeue);
+                        let mut events = vec![stamp.event(event)];
+                        // Work that runs again waits for its needs again.
+                        if let Some(need) = requeued.then(|| unmet(kind, media_id, &capabilities)).flatten() {
+                            events.push(stamp.event(Event::blocked_on_need(state.operation_id, need)));
+                        }
+                        (
+                            RequestOutcome {
+                                operation_id: state.operation_id,
+                                requested_revision: revision.clone(),
+                                created: true,
+                                status: state.status,
+                            },
+                            Some(state_append(state, events)),
+                        )
+                    }
                 },
                 None => {
                     // A kind that does not apply to the item's media kind is
-                    // recorded as such, and never becomes claimable.
+                    // recorded as such, and never becomes claimable; one
+                    // whose needs are unmet waits, blocked, until they are.
                     let applies = kind.applies_to(media_kind);
+                    let blocked_on = if applies {
+                        unmet(kind, media_id, &capabilities)
+                    } else {
+                        None
+                    };
+                    let status = match (applies, &blocked_on) {
+                        (false, _) => OperationStatus::NotApplicable,
+                        (true, Some(_)) => OperationStatus::Blocked,
+                        (true, None) => OperationStatus::Queued,
+                    };
                     let event = Event::OperationCreated(OperationCreated {
                         operation_id: new_operation_id,
                         kind: kind.name.clone(),
@@ -216,7 +249,7 @@ pub(crate) async fn request_in_tx<T: WriteTx>(
                         },
                         revision: Some(revision.clone()),
                         inputs,
-                        status: if applies {
+                        status: if status == OperationStatus::Queued {
                             OperationStatus::Queued
                         } else {
                             OperationStatus::Pending
@@ -237,16 +270,20 @@ pub(crate) async fn request_in_tx<T: WriteTx>(
                                 .map(|event| stamp.event(event)),
                         );
                     }
+                    if let Some(need) = blocked_on {
+                        events.push(stamp.event(Event::blocked_on_need(new_operation_id, need)));
+                    }
+                    if let Some(capability) = kind.capability() {
+                        capabilities
+                            .entry((media_id, capability.to_string()))
+                            .or_insert(capability_status(status, false));
+                    }
                     (
                         RequestOutcome {
                             operation_id: new_operation_id,
                             requested_revision: revision.clone(),
                             created: true,
-                            status: if applies {
-                                OperationStatus::Queued
-                            } else {
-                                OperationStatus::NotApplicable
-                            },
+                            status,
                         },
                         Some(StreamAppend {
                             stream_id: StreamId::operation(new_operation_id),
@@ -268,6 +305,20 @@ pub(crate) async fn request_in_tx<T: WriteTx>(
         }
     }
     Ok((answers, appends))
+}
+
+/// The need of `kind` that keeps its work on `media_id` from running, if any.
+fn unmet(
+    kind: &KindDeclaration,
+    media_id: MediaId,
+    capabilities: &BTreeMap<(MediaId, String), CapabilityStatus>,
+) -> Option<BlockedOn> {
+    if kind.needs.is_empty() {
+        return None;
+    }
+    unmet_need(&kind.needs, |capability| {
+        capabilities.get(&(media_id, capability.to_string())).copied()
+    })
 }
 
 /// A request's item, its region (for region kinds), and the inputs they

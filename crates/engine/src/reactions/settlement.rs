@@ -1,11 +1,8 @@
-//! The reactions that follow every command's events inside its transaction
-//! (listed, in order, by `tx::REACTIONS`): each reads what the command
-//! appended and the rows it left, and says what else must be recorded in
-//! the same transaction.
-//!
-//! A reaction knows no command: it sees envelopes and rows only, so every
-//! command gets it by committing, and none can forget it.
+//! Completion reconciliation: for every operation a command's events
+//! settled, the batches holding it as an unsettled item record its outcome,
+//! on each batch's stream, right after the events that settled it.
 
+use super::follows;
 use crate::error::EngineError;
 use opledger_domain::batches::{settled_outcome, ItemOutcome};
 use opledger_domain::events::{BatchItemSettled, Event};
@@ -14,32 +11,7 @@ use opledger_domain::{BatchId, EventEnvelope, NewEvent, OperationId, StreamId};
 use opledger_store::{ExpectedVersion, StreamAppend, WriteTx};
 use std::collections::BTreeMap;
 
-/// One reaction.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Reaction {
-    /// Completion reconciliation: for every operation the events left
-    /// settled, the batches holding it as an unsettled item record its
-    /// outcome, on each batch's stream, right after the events that
-    /// settled it.
-    BatchSettlement,
-}
-
-impl Reaction {
-    /// The appends this reaction makes for `envelopes` (none when nothing
-    /// concerns it).
-    pub(crate) async fn appends<T: WriteTx>(
-        self,
-        tx: &mut T,
-        rows: &WorkingSet,
-        envelopes: &[EventEnvelope],
-    ) -> Result<Vec<StreamAppend>, EngineError> {
-        match self {
-            Reaction::BatchSettlement => batch_settlements(tx, rows, envelopes).await,
-        }
-    }
-}
-
-async fn batch_settlements<T: WriteTx>(
+pub(super) async fn batch_settlements<T: WriteTx>(
     tx: &mut T,
     rows: &WorkingSet,
     envelopes: &[EventEnvelope],
@@ -75,19 +47,16 @@ async fn batch_settlements<T: WriteTx>(
         let Some(outcome) = settled_outcome(operation.status) else {
             continue;
         };
-        by_batch.entry(item.batch_id).or_default().push(NewEvent {
-            event: Event::BatchItemSettled(BatchItemSettled {
+        by_batch.entry(item.batch_id).or_default().push(follows(
+            envelope,
+            Event::BatchItemSettled(BatchItemSettled {
                 batch_id: item.batch_id,
                 operation_id: item.operation_id,
                 outcome: outcome.as_str().to_string(),
                 status: operation.status,
                 reason: settlement_reason(outcome, operation),
             }),
-            recorded_at: envelope.recorded_at,
-            actor: "system".to_string(),
-            correlation_id: envelope.correlation_id.clone(),
-            causation_id: Some(format!("seq:{}", envelope.seq)),
-        });
+        ));
     }
     Ok(by_batch
         .into_iter()
