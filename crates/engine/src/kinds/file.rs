@@ -80,7 +80,7 @@ pub fn parse_kinds(text: &str) -> Result<KindsDocument, EngineError> {
                 format!("line {line}, column {column}: ")
             })
             .unwrap_or_default();
-        EngineError::invalid(format!("{at}{}", error.message().trim()))
+        EngineError::invalid(format!("{at}{}", bounded(error.message().trim())))
     })?;
     let mut kinds = Vec::with_capacity(file.kind.len());
     let mut seen: BTreeMap<String, (usize, usize)> = BTreeMap::new();
@@ -100,6 +100,19 @@ pub fn parse_kinds(text: &str) -> Result<KindsDocument, EngineError> {
         });
     }
     Ok(KindsDocument { kinds })
+}
+
+/// The longest parser message shown: serde's messages quote the bad value
+/// (an unknown variant, a wrong type), and a value may be as long as the file.
+const MAX_MESSAGE_CHARS: usize = 200;
+
+fn bounded(message: &str) -> String {
+    if message.chars().count() <= MAX_MESSAGE_CHARS {
+        message.to_string()
+    } else {
+        let head: String = message.chars().take(MAX_MESSAGE_CHARS).collect();
+        format!("{head}…")
+    }
 }
 
 /// The 1-based line and column (in characters) of byte `offset` of `text`.
@@ -150,5 +163,14 @@ mod tests {
             let message = parse_kinds(text).unwrap_err().to_string();
             assert!(message.contains(expected), "{text:?}: {message}");
         }
+    }
+
+    #[test]
+    fn a_long_bad_value_is_quoted_short() {
+        let long = "d".repeat(100_000);
+        let text = format!("[[kind]]\nname = \"a\"\ntarget = \"{long}\"\nversion = \"1\"\n");
+        let message = parse_kinds(&text).unwrap_err().to_string();
+        assert!(message.contains("line 3"), "{message}");
+        assert!(message.len() < 400, "{} bytes echoed", message.len());
     }
 }

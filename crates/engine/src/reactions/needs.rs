@@ -9,16 +9,18 @@
 //! left to them.
 //!
 //! It reads nothing unless the command settled or reopened a capability's
-//! work, and then one indexed read of the items' processing states, which
-//! finds no blocked task in a pipeline without needs.
+//! work while some task in the ledger is blocked (the running count of
+//! operations by status, which the fold of those events left in the
+//! working set, says so), and then one indexed read of the items'
+//! processing states.
 
 use super::follows;
 use crate::error::EngineError;
 use crate::load::capability_statuses;
 use opledger_domain::kinds::{unmet_need, DEPENDENCY_SATISFIED};
 use opledger_domain::projections::{
-    capability_key, operation_key, state_table, Cell, OperationRow, ProcessingStateRow, Row, WorkingSet,
-    OPERATIONS_TABLE, TASK_KINDS_TABLE,
+    capability_key, counts_key, operation_key, state_table, Cell, OperationRow, ProcessingStateRow, Row, WorkingSet,
+    BY_STATUS, OPERATIONS_TABLE, OPERATION_COUNTS_TABLE, TASK_KINDS_TABLE,
 };
 use opledger_domain::tasks::TargetType;
 use opledger_domain::{Cause, Event, EventEnvelope, MediaId, OperationId, OperationStatus, StreamId};
@@ -73,7 +75,7 @@ pub(super) async fn release_dependents<T: WriteTx>(
             moved.insert(capability.media_id, envelope);
         }
     }
-    if moved.is_empty() {
+    if moved.is_empty() || !any_blocked(rows) {
         return Ok(Vec::new());
     }
 
@@ -140,6 +142,19 @@ pub(super) async fn release_dependents<T: WriteTx>(
         });
     }
     Ok(appends)
+}
+
+/// Whether any operation in the ledger may be blocked: false only when
+/// the running count by status, as this transaction's fold left it, has
+/// none (a count not in the working set may have some).
+fn any_blocked(rows: &WorkingSet) -> bool {
+    match rows.get(&counts_key(&OPERATION_COUNTS_TABLE, BY_STATUS)) {
+        Some(Row::Counts(counts)) => counts
+            .counts
+            .get(OperationStatus::Blocked.as_str())
+            .is_some_and(|count| *count > 0),
+        _ => true,
+    }
 }
 
 /// The operations of these blocked tasks that wait for a need, with their
