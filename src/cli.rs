@@ -65,7 +65,7 @@ pub enum Command {
     /// An operation's events in order, with actor, time and cause.
     Timeline {
         /// The operation's id.
-        operation_id: String,
+        operation_id: OperationId,
     },
     /// Rebuild every projection from the log into scratch tables (`--verify`
     /// compares them with the live ones), or repair the live ones (`--rebuild`).

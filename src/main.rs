@@ -44,7 +44,7 @@ mod task;
 use anyhow::Context;
 use clap::Parser;
 use cli::{Cli, Command, DocsCommand, MediaCommand, Workload};
-use opledger_domain::{quoted, DomainError, OperationId};
+use opledger_domain::{quoted, DomainError};
 use opledger_engine::{CommandContext, Engine, EngineError};
 use opledger_store::{ErrorKind, Store};
 use opledger_store_postgres::{PostgresConfig, PostgresStore};
@@ -279,9 +279,8 @@ const ACCEPTED_URLS: &str = "accepted: a SQLite file (`PATH`, `sqlite:PATH`, `sq
 /// the command ends) is bad usage, said with the forms accepted.
 fn database(url: &str) -> Result<Database, UsageError> {
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        return PostgresConfig::from_url(url)
-            .map(Database::Postgres)
-            .map_err(|refused| UsageError(format!("{refused}; {ACCEPTED_URLS}")));
+        // Its refusals say the form a PostgreSQL URL takes.
+        return PostgresConfig::from_url(url).map(Database::Postgres).map_err(UsageError);
     }
     let lowered = url.to_ascii_lowercase();
     let scheme = lowered.split_once(':').map(|(scheme, _)| scheme).unwrap_or("");
@@ -337,8 +336,7 @@ async fn dispatch<S: Store>(store: S, cli: &Cli) -> anyhow::Result<Outcome> {
             output::status(&report, cli.json);
         }
         Command::Timeline { operation_id } => {
-            let operation_id: OperationId = operation_id.parse().map_err(UsageError)?;
-            let events = engine.timeline(operation_id).await?;
+            let events = engine.timeline(*operation_id).await?;
             output::timeline(&events, cli.json);
         }
         Command::Replay(args) => {
