@@ -349,15 +349,12 @@ pub struct ShowArgs {
 /// A lease in whole seconds, 1 up to the engine's longest lease.
 fn lease_seconds(text: &str) -> Result<i64, String> {
     let max = MAX_LEASE_MS / 1_000;
-    let seconds: i64 = text
-        .trim()
-        .parse()
-        .map_err(|_| {
-            format!(
-                "a lease is a whole number of seconds (1 to {max}), not {}",
-                opledger_domain::quoted(text)
-            )
-        })?;
+    let seconds: i64 = text.trim().parse().map_err(|_| {
+        format!(
+            "a lease is a whole number of seconds (1 to {max}), not {}",
+            opledger_domain::quoted(text)
+        )
+    })?;
     if !(1..=max).contains(&seconds) {
         return Err(format!(
             "a lease must be between 1 and {max} seconds ({} days), not {seconds}",

@@ -254,7 +254,11 @@ async fn run(cli: Cli) -> anyhow::Result<Outcome> {
             } else {
                 SqliteStore::open(config).await
             };
-            dispatch(store.with_context(|| format!("opening {}", quoted(&cli.database_url)))?, &cli).await
+            dispatch(
+                store.with_context(|| format!("opening {}", quoted(&cli.database_url)))?,
+                &cli,
+            )
+            .await
         }
     }
 }
@@ -280,13 +284,25 @@ const ACCEPTED_URLS: &str = "accepted: a SQLite file (`PATH`, `sqlite:PATH`, `sq
 fn database(url: &str) -> Result<Database, UsageError> {
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         // Its refusals say the form a PostgreSQL URL takes.
-        return PostgresConfig::from_url(url).map(Database::Postgres).map_err(UsageError);
+        return PostgresConfig::from_url(url)
+            .map(Database::Postgres)
+            .map_err(UsageError);
     }
     let lowered = url.to_ascii_lowercase();
     let scheme = lowered.split_once(':').map(|(scheme, _)| scheme).unwrap_or("");
     let foreign_scheme = lowered.contains("://") && !lowered.starts_with("sqlite://");
-    let known_other = ["mysql", "mariadb", "postgres", "postgresql", "http", "https", "file", "redis", "mongodb"]
-        .contains(&scheme);
+    let known_other = [
+        "mysql",
+        "mariadb",
+        "postgres",
+        "postgresql",
+        "http",
+        "https",
+        "file",
+        "redis",
+        "mongodb",
+    ]
+    .contains(&scheme);
     if foreign_scheme || known_other {
         return Err(UsageError(format!(
             "database URL {} is not one opledger can use; {ACCEPTED_URLS}",
@@ -413,8 +429,14 @@ async fn check_readable<S: Store>(engine: &Engine<S>) -> anyhow::Result<()> {
         let named: Vec<String> = outdated
             .iter()
             .map(|projection| match projection.stored_version {
-                Some(stored) => format!("{} (stored v{stored}, this build reads v{})", projection.name, projection.version),
-                None => format!("{} (not built yet, this build reads v{})", projection.name, projection.version),
+                Some(stored) => format!(
+                    "{} (stored v{stored}, this build reads v{})",
+                    projection.name, projection.version
+                ),
+                None => format!(
+                    "{} (not built yet, this build reads v{})",
+                    projection.name, projection.version
+                ),
             })
             .collect();
         return Err(EngineError::Store(opledger_store::StoreError::unavailable(format!(

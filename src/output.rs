@@ -45,7 +45,11 @@ pub(crate) fn clipped(text: &str, bound: usize) -> String {
     while !text.is_char_boundary(end) {
         end -= 1;
     }
-    format!("{}… ({} bytes in all; --json shows everything)", &text[..end], text.len())
+    format!(
+        "{}… ({} bytes in all; --json shows everything)",
+        &text[..end],
+        text.len()
+    )
 }
 
 /// The most bytes of one stored text (an output, an error, a reason) that
@@ -459,7 +463,10 @@ pub fn rebuilt(rebuilt: &[(String, u32, u64)], as_json: bool) {
         print_json(&json!({ "rebuilt": projections }));
         return;
     }
-    println!("rebuilt {} projections from the log, each through shadow tables swapped in:", rebuilt.len());
+    println!(
+        "rebuilt {} projections from the log, each through shadow tables swapped in:",
+        rebuilt.len()
+    );
     for (name, version, events) in rebuilt {
         println!("  {name:<26} v{version}  {events} events folded");
     }

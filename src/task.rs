@@ -64,7 +64,9 @@ pub async fn run<S: Store>(engine: &Engine<S>, command: &TaskCommand, as_json: b
         }
         TaskCommand::Release(args) => {
             let reason = args.reason.as_deref().unwrap_or("");
-            let outcome = engine.release_task(&context(&args.claim), &fence(&args.claim), reason).await?;
+            let outcome = engine
+                .release_task(&context(&args.claim), &fence(&args.claim), reason)
+                .await?;
             output::released(&outcome, as_json);
             Ok(())
         }

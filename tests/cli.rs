@@ -235,7 +235,12 @@ fn media_add_with_a_negative_size_exits_2() {
 #[test]
 fn timeline_of_an_unknown_operation_exits_4() {
     let (_dir, db) = temp_db();
-    assert_exit(&run(opledger(db.parent().unwrap()).args(["recover", "--database-url"]).arg(&db)), 0);
+    assert_exit(
+        &run(opledger(db.parent().unwrap())
+            .args(["recover", "--database-url"])
+            .arg(&db)),
+        0,
+    );
     let unknown = Uuid::from_u128(0x0123_4567_89ab_cdef_0123_4567_89ab_cdef).to_string();
     let output = run(opledger(db.parent().unwrap())
         .args(["timeline", &unknown, "--database-url"])

@@ -24,8 +24,17 @@ async fn a_reading_command_into_a_closed_pipe_ends_quietly_with_exit_141<B: Back
         &["kinds", "list", "--json"],
     ] {
         let output = run_into_closed_pipe(binary().args(args).arg("--database-url").arg(&url));
-        assert_eq!(output.status.code(), Some(OUTPUT_CLOSED), "{args:?}: {}", describe(&output));
-        assert!(output.stderr.is_empty(), "{args:?}: nothing on stderr: {}", describe(&output));
+        assert_eq!(
+            output.status.code(),
+            Some(OUTPUT_CLOSED),
+            "{args:?}: {}",
+            describe(&output)
+        );
+        assert!(
+            output.stderr.is_empty(),
+            "{args:?}: nothing on stderr: {}",
+            describe(&output)
+        );
     }
 }
 
@@ -58,11 +67,18 @@ async fn a_claim_whose_answer_cannot_be_written_is_given_back<B: Backend>(backen
         .iter()
         .map(|event| event["event_type"].as_str().unwrap())
         .collect();
-    assert_eq!(types[types.len() - 2..], ["operation_claimed", "operation_released"], "{types:?}");
+    assert_eq!(
+        types[types.len() - 2..],
+        ["operation_claimed", "operation_released"],
+        "{types:?}"
+    );
     let released = timeline.as_array().unwrap().last().unwrap();
     assert_eq!(released["actor"], "w1");
     assert!(
-        released["payload"]["reason"].as_str().unwrap().contains("could not be written"),
+        released["payload"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("could not be written"),
         "{released}"
     );
 
@@ -85,7 +101,16 @@ async fn a_worker_gives_a_claim_back_with_task_release_fenced_like_a_report<B: B
     assert_exit(&wrong, 3);
     let released = ok_json_at(
         &url,
-        &["task", "release", &token, "--revision", &revision, "--reason", "out of memory here", "--json"],
+        &[
+            "task",
+            "release",
+            &token,
+            "--revision",
+            &revision,
+            "--reason",
+            "out of memory here",
+            "--json",
+        ],
     );
     assert_eq!(released["status"], "queued", "{released}");
     assert_eq!(released["attempt_count"], 0, "{released}");
@@ -119,9 +144,19 @@ fn a_shell_pipeline_into_head_ends_quietly_with_exit_141() {
     let token = claim["claim_token"].as_str().unwrap();
     // An output of 200 KB, past the 64 KiB a pipe buffers.
     let big = format!("{{\"text\": \"{}\"}}", "x".repeat(200_000));
-    let complete = at(
-        &url,
-        &["task", "complete", token, "--output", &big, "--max-text-bytes", "300000"],
+    let complete = common::run_with_stdin(
+        binary().args([
+            "task",
+            "complete",
+            token,
+            "--output",
+            "-",
+            "--max-text-bytes",
+            "300000",
+            "--database-url",
+            &url,
+        ]),
+        big.as_bytes(),
     );
     assert_exit(&complete, 0);
     let script = format!(

@@ -25,7 +25,9 @@ const NOBODY: u32 = 65_534;
 /// process's effective user.
 fn running_as_root() -> bool {
     use std::os::unix::fs::MetadataExt;
-    std::fs::metadata("/proc/self").map(|metadata| metadata.uid() == 0).unwrap_or(false)
+    std::fs::metadata("/proc/self")
+        .map(|metadata| metadata.uid() == 0)
+        .unwrap_or(false)
 }
 
 /// The binary, as a user the file's permissions bind.
@@ -68,10 +70,25 @@ fn full_ledger(url: &str) -> (String, String, String) {
     let (media_id, operation_id) = ledger_with_a_task(url);
     let batch = ok_json_at(
         url,
-        &["batch", "create", "--name", "b", "--media", &media_id, "--kind", "thumbnail", "--json"],
+        &[
+            "batch",
+            "create",
+            "--name",
+            "b",
+            "--media",
+            &media_id,
+            "--kind",
+            "thumbnail",
+            "--json",
+        ],
     );
     let batch_id = batch["batch_id"].as_str().expect("a batch id").to_string();
-    let claim = ok_json_at(url, &["task", "claim", "--kind", "metadata", "--worker", "w", "--lease", "60", "--json"]);
+    let claim = ok_json_at(
+        url,
+        &[
+            "task", "claim", "--kind", "metadata", "--worker", "w", "--lease", "60", "--json",
+        ],
+    );
     let token = claim["claim_token"].as_str().unwrap();
     assert_exit(&at(url, &["task", "fail", token, "--error", "broken", "--terminal"]), 0);
     (media_id, operation_id, batch_id)
@@ -96,12 +113,29 @@ fn set_mode(path: &Path, mode: u32) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
 }
 
+/// Checkpoints the ledger's WAL into its file and closes it as the last
+/// connection does, which removes the `-wal` and `-shm` files: the state a
+/// ledger nobody is writing to is left in.
+fn close_cleanly(db: &Path) {
+    common::runtime().block_on(async {
+        use sqlx::{ConnectOptions, Connection, Executor};
+        let mut connection = sqlx::sqlite::SqliteConnectOptions::new()
+            .filename(db)
+            .connect()
+            .await
+            .unwrap();
+        connection.execute("PRAGMA wal_checkpoint(TRUNCATE)").await.unwrap();
+        connection.close().await.unwrap();
+    });
+}
+
 /// A SQLite ledger, cleanly closed, its file made read-only.
 fn read_only_sqlite_ledger() -> (tempfile::TempDir, std::path::PathBuf, (String, String, String)) {
     let folder = tempfile::tempdir().unwrap();
     let db = folder.path().join("ledger.db");
     let url = format!("sqlite:{}", db.display());
     let ledger = full_ledger(&url);
+    close_cleanly(&db);
     set_mode(&db, 0o444);
     set_mode(folder.path(), 0o755);
     (folder, db, ledger)
@@ -131,8 +165,15 @@ fn reading_commands_work_in_a_read_only_folder() {
     let before = file_digest(&db);
     assert_reading_commands_succeed(&url, |args| run_unprivileged(&url, args), &ledger);
     assert_eq!(file_digest(&db), before);
-    let entries: Vec<_> = std::fs::read_dir(folder.path()).unwrap().map(|entry| entry.unwrap().file_name()).collect();
-    assert_eq!(entries, ["ledger.db"], "nothing was created beside the ledger");
+    let entries: Vec<_> = std::fs::read_dir(folder.path())
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name())
+        .collect();
+    assert_eq!(
+        entries,
+        ["ledger.db"],
+        "nothing was created beside the ledger (its WAL files included)"
+    );
     set_mode(folder.path(), 0o755);
 }
 
@@ -192,9 +233,7 @@ async fn reading_commands_work_with_a_postgres_role_granted_only_select() {
     }
 }
 
-async fn a_reading_command_refuses_projections_at_another_version_naming_the_command_that_rebuilds_them<
-    B: Backend,
->(
+async fn a_reading_command_refuses_projections_at_another_version_naming_the_command_that_rebuilds_them<B: Backend>(
     backend: &B,
 ) {
     let url = backend.url();
@@ -238,7 +277,11 @@ async fn a_reading_command_reads_projections_behind_the_log_and_says_how_far<B: 
 async fn a_reading_command_on_an_empty_database_creates_nothing<B: Backend>(backend: &B) {
     let output = at(&backend.url(), &["kinds", "list"]);
     assert_exit(&output, 4);
-    assert!(String::from_utf8_lossy(&output.stderr).contains("no ledger"), "{}", describe(&output));
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("no ledger"),
+        "{}",
+        describe(&output)
+    );
 }
 
 backend_tests!(

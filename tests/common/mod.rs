@@ -116,7 +116,15 @@ pub fn ledger_with_a_task(url: &str) -> (String, String) {
     declare_pipeline(url);
     let media = ok_json_at(
         url,
-        &["media", "add", "--path", "/photos/one.png", "--digest", &digest(1), "--json"],
+        &[
+            "media",
+            "add",
+            "--path",
+            "/photos/one.png",
+            "--digest",
+            &digest(1),
+            "--json",
+        ],
     );
     let media_id = media["media_id"].as_str().expect("a media id").to_string();
     let requested = ok_json_at(
@@ -145,4 +153,18 @@ pub fn run_into_closed_pipe(command: &mut Command) -> Output {
 pub fn assert_verify_identical(url: &str) {
     let verified = ok_json_at(url, &["replay", "--verify", "--json"]);
     assert_eq!(verified["identical"], true, "{verified}");
+}
+
+/// Runs the binary with `input` on its standard input.
+pub fn run_with_stdin(command: &mut Command, input: &[u8]) -> Output {
+    use std::io::Write;
+    let mut child = command
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the opledger binary runs");
+    // The binary may refuse before reading it all; a broken pipe is its answer.
+    let _ = child.stdin.take().expect("a stdin").write_all(input);
+    child.wait_with_output().expect("the opledger binary ends")
 }

@@ -13,7 +13,10 @@ pub const PREFIX: &str = "sha256:";
 /// quoting the text short.
 pub fn check(text: &str) -> Result<(), String> {
     let well_formed = text.strip_prefix(PREFIX).is_some_and(|hex| {
-        hex.len() == 64 && hex.bytes().all(|byte| byte.is_ascii_digit() || (b'a'..=b'f').contains(&byte))
+        hex.len() == 64
+            && hex
+                .bytes()
+                .all(|byte| byte.is_ascii_digit() || (b'a'..=b'f').contains(&byte))
     });
     if well_formed {
         Ok(())

@@ -183,7 +183,11 @@ pub const RELEASE_REASON: &str = "released by its worker";
 /// without an outcome.
 fn release(row: &ProcessingStateRow, claim_token: &str, reason: &str) -> Result<Vec<Event>, DomainError> {
     transitions::transition(row.status, Cause::Release)?;
-    let reason = if reason.trim().is_empty() { RELEASE_REASON } else { reason };
+    let reason = if reason.trim().is_empty() {
+        RELEASE_REASON
+    } else {
+        reason
+    };
     Ok(finish_cancel(
         row,
         vec![Event::OperationReleased(OperationReleased {

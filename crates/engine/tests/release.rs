@@ -83,7 +83,9 @@ async fn a_released_claim_is_queued_at_once_without_counting_an_attempt<B: Backe
     assert_eq!(last.actor, "w1");
     assert!(last.event.payload_json().contains("released by its worker"));
 
-    let second = claim(&engine, "w2").await.expect("the released task is claimable again");
+    let second = claim(&engine, "w2")
+        .await
+        .expect("the released task is claimable again");
     assert_eq!(second.operation_id, first.operation_id);
     assert_eq!(second.attempt, 1, "the next claim is the first attempt");
     assert_ne!(second.claim_token, first.claim_token);
@@ -94,13 +96,13 @@ async fn a_stale_release_is_refused_and_changes_nothing<B: Backend>(backend: &B)
     let engine = engine(backend).await;
     let first = requested_and_claimed(&engine, "w1").await;
     let context = CommandContext::actor("w1");
-    engine.release_task(&context, &first.fence(), "cannot run it").await.unwrap();
+    engine
+        .release_task(&context, &first.fence(), "cannot run it")
+        .await
+        .unwrap();
     let head = engine.store().head().await.unwrap();
     // Released once already; and a token that never held anything.
-    for fence in [
-        first.fence(),
-        Fence::token("0190f5a2-0000-7000-8000-000000000000"),
-    ] {
+    for fence in [first.fence(), Fence::token("0190f5a2-0000-7000-8000-000000000000")] {
         let refused = engine.release_task(&context, &fence, "again").await.unwrap_err();
         assert!(
             matches!(refused, EngineError::Domain(opledger_domain::DomainError::Conflict(_))),
@@ -114,7 +116,11 @@ async fn a_stale_release_is_refused_and_changes_nothing<B: Backend>(backend: &B)
         revision: Some("not-the-revision".into()),
     };
     assert!(engine.release_task(&context, &wrong_revision, "").await.is_err());
-    assert_eq!(engine.store().head().await.unwrap(), head + 1, "only the second claim was appended");
+    assert_eq!(
+        engine.store().head().await.unwrap(),
+        head + 1,
+        "only the second claim was appended"
+    );
     let view = engine.task_by_operation(second.operation_id).await.unwrap().unwrap();
     assert_eq!(view.state.status, OperationStatus::Leased);
     assert!(engine.verify().await.unwrap().is_identical());

@@ -56,11 +56,20 @@ async fn a_tampered_projection_row_is_found_by_verify_and_repaired_by_a_rebuild<
 
     let rebuilt = engine.rebuild_projections().await.unwrap();
     let names: Vec<&str> = rebuilt.iter().map(|(name, _, _)| name.as_str()).collect();
-    for projection in ["media_registry", "media_operations", "processing_states", "batches", "review_queue"] {
+    for projection in [
+        "media_registry",
+        "media_operations",
+        "processing_states",
+        "batches",
+        "review_queue",
+    ] {
         assert!(names.contains(&projection), "{projection} not rebuilt: {names:?}");
     }
     let head = engine.store().head().await.unwrap();
-    assert!(rebuilt.iter().all(|(_, _, events)| *events == head as u64), "{rebuilt:?}");
+    assert!(
+        rebuilt.iter().all(|(_, _, events)| *events == head as u64),
+        "{rebuilt:?}"
+    );
     let verified = engine.verify().await.unwrap();
     assert!(verified.is_identical(), "{}", verified.render());
 

@@ -54,8 +54,8 @@ impl PostgresConfig {
         if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
             return Err(format!("{} is not a postgres:// URL ({URL_FORM})", shown()));
         }
-        let mut parsed =
-            url::Url::parse(url).map_err(|error| format!("invalid PostgreSQL URL {} ({error}): {URL_FORM}", shown()))?;
+        let mut parsed = url::Url::parse(url)
+            .map_err(|error| format!("invalid PostgreSQL URL {} ({error}): {URL_FORM}", shown()))?;
         if parsed.host_str().is_none_or(str::is_empty) && !parsed.query_pairs().any(|(key, _)| key == "host") {
             return Err(format!("PostgreSQL URL {} names no server: {URL_FORM}", shown()));
         }
@@ -169,8 +169,8 @@ mod tests {
 
     #[test]
     fn connect_timeout_is_taken_from_the_url_and_not_passed_on() {
-        let config = PostgresConfig::from_url("postgres://root@127.0.0.1:5432/test?connect_timeout=2&sslmode=disable")
-            .unwrap();
+        let config =
+            PostgresConfig::from_url("postgres://root@127.0.0.1:5432/test?connect_timeout=2&sslmode=disable").unwrap();
         assert_eq!(config.connect_timeout, Duration::from_secs(2));
         assert!(PostgresConfig::from_url("postgres://root@127.0.0.1/test?connect_timeout=0").is_err());
         assert!(PostgresConfig::from_url("postgres://root@127.0.0.1/test?connect_timeout=soon").is_err());

@@ -45,7 +45,9 @@ pub fn map(error: sqlx::Error, context: &str) -> StoreError {
 fn message(code: Option<&str>, context: &str, error: &dyn std::fmt::Display) -> String {
     let context = quote(context);
     match code {
-        Some(DISK_FULL) => format!("disk full: the PostgreSQL server could not write ({error}; SQLSTATE {DISK_FULL}) while {context}"),
+        Some(DISK_FULL) => {
+            format!("disk full: the PostgreSQL server could not write ({error}; SQLSTATE {DISK_FULL}) while {context}")
+        }
         Some(code) => format!("{context}: {error} (SQLSTATE {code})"),
         None => format!("{context}: {error}"),
     }

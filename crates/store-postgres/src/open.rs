@@ -15,9 +15,7 @@ use sqlx::{ConnectOptions, PgConnection};
 /// does not answer in time is Unavailable, naming host and port.
 pub(crate) async fn connect(options: &PgConnectOptions, config: &PostgresConfig) -> Result<PgConnection, StoreError> {
     match tokio::time::timeout(config.connect_timeout, options.connect()).await {
-        Ok(connected) => {
-            connected.map_err(|error| error::map(error, &format!("connecting to {}", config.describe())))
-        }
+        Ok(connected) => connected.map_err(|error| error::map(error, &format!("connecting to {}", config.describe()))),
         Err(_) => Err(StoreError::unavailable(format!(
             "the PostgreSQL server at {} did not answer within {} s (raise connect_timeout=SECONDS in the URL \
              if it is only slow)",
@@ -44,14 +42,20 @@ async fn tables(connection: &mut PgConnection, described: &str) -> Result<Vec<St
 
 /// Before a store migrates anything: refuses a database that holds
 /// another application's tables. An empty database is a new ledger.
-pub(crate) async fn check_before_writing(connection: &mut PgConnection, config: &PostgresConfig) -> Result<(), StoreError> {
+pub(crate) async fn check_before_writing(
+    connection: &mut PgConnection,
+    config: &PostgresConfig,
+) -> Result<(), StoreError> {
     let described = config.describe();
     ledger::recognize(&described, &tables(connection, &described).await?).map(|_| ())
 }
 
 /// Before a read-only store reads: the database is a ledger (not empty,
 /// not another application's) at this build's schema.
-pub(crate) async fn check_for_reading(connection: &mut PgConnection, config: &PostgresConfig) -> Result<(), StoreError> {
+pub(crate) async fn check_for_reading(
+    connection: &mut PgConnection,
+    config: &PostgresConfig,
+) -> Result<(), StoreError> {
     let described = config.describe();
     match ledger::recognize(&described, &tables(connection, &described).await?)? {
         Contents::Ledger => {}
@@ -65,6 +69,10 @@ pub(crate) async fn check_for_reading(connection: &mut PgConnection, config: &Po
         .fetch_one(&mut *connection)
         .await
         .map_err(|error| error::map(error, &format!("reading the migrations of {described}")))?;
-    let needed = crate::MIGRATOR.iter().map(|migration| migration.version).max().unwrap_or(0);
+    let needed = crate::MIGRATOR
+        .iter()
+        .map(|migration| migration.version)
+        .max()
+        .unwrap_or(0);
     ledger::check_schema(&described, applied, needed)
 }

@@ -58,7 +58,11 @@ impl PostgresScratch {
             schema: "pg_temp".to_string(),
             temporary: true,
         };
-        let mut setup = Vec::new();
+        // Unqualified names are the live tables: PostgreSQL searches the
+        // temporary schema first unless the path lists it, so it is listed
+        // last, or the live tables' names would find the scratch copies.
+        let mut setup =
+            vec!["SELECT set_config('search_path', current_setting('search_path') || ', pg_temp', false)".to_string()];
         for spec in all_specs() {
             // Temporary tables are never logged; PostgreSQL refuses the word.
             setup.push(ddl::render_scratch(spec, &scratch.schema).replace("CREATE UNLOGGED TABLE ", "CREATE TABLE "));

@@ -135,7 +135,11 @@ async fn check_ledger(connection: &mut SqliteConnection, described: &str) -> Res
 
 /// The last migration this build has.
 fn needed_migration() -> i64 {
-    crate::MIGRATOR.iter().map(|migration| migration.version).max().unwrap_or(0)
+    crate::MIGRATOR
+        .iter()
+        .map(|migration| migration.version)
+        .max()
+        .unwrap_or(0)
 }
 
 /// Characters a `file:` URI cannot hold as they are (SQLite decodes `%XX`).
@@ -149,9 +153,9 @@ const URI_ESCAPED: &AsciiSet = &CONTROLS.add(b' ').add(b'%').add(b'?').add(b'#')
 pub(crate) fn scratch_options(config: &SqliteConfig, mode: ReadOnly) -> Result<SqliteConnectOptions, StoreError> {
     let path = std::path::absolute(&config.path)
         .map_err(|error| StoreError::unavailable(format!("locating {}: {error}", config.path.display())))?;
-    let text = path.to_str().ok_or_else(|| {
-        StoreError::unavailable(format!("{} is not a UTF-8 path", path.display()))
-    })?;
+    let text = path
+        .to_str()
+        .ok_or_else(|| StoreError::unavailable(format!("{} is not a UTF-8 path", path.display())))?;
     let immutable = if mode.immutable { "&immutable=1" } else { "" };
     let uri = format!("file:{}?mode=ro{immutable}", utf8_percent_encode(text, URI_ESCAPED));
     Ok(SqliteConnectOptions::new()

@@ -82,9 +82,9 @@ mod tests {
         let refused = recognize("shop.db", &names(&["customers", "orders"])).unwrap_err();
         assert_eq!(refused.kind, ErrorKind::Unavailable);
         assert!(
-            refused
-                .message
-                .contains("shop.db holds tables customers, orders but no media_operation_events: not an opledger ledger"),
+            refused.message.contains(
+                "shop.db holds tables customers, orders but no media_operation_events: not an opledger ledger"
+            ),
             "{}",
             refused.message
         );

@@ -220,8 +220,9 @@ pub fn complete_inputs(
                 json_type(digest)
             ))
         })?;
-        crate::digest::check(text)
-            .map_err(|refused| DomainError::InvalidInput(format!("{} input \"content_digest\": {refused}", kind.name)))?;
+        crate::digest::check(text).map_err(|refused| {
+            DomainError::InvalidInput(format!("{} input \"content_digest\": {refused}", kind.name))
+        })?;
     }
     for (name, declared) in &kind.inputs {
         if !complete.contains_key(name) {
@@ -301,7 +302,8 @@ mod tests {
         let mine = format!("sha256:{}", "ab".repeat(32));
         let given = complete_inputs(&kind, &json!({"model": "blip", "content_digest": mine}), &target()).unwrap();
         assert_eq!(given["content_digest"], json!(mine), "the caller's value wins");
-        let refused = complete_inputs(&kind, &json!({"model": "blip", "content_digest": "mine"}), &target()).unwrap_err();
+        let refused =
+            complete_inputs(&kind, &json!({"model": "blip", "content_digest": "mine"}), &target()).unwrap_err();
         assert!(refused.to_string().contains("64 lowercase hex digits"), "{refused}");
     }
 
