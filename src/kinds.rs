@@ -57,9 +57,20 @@ fn read_file(path: &Path) -> anyhow::Result<String> {
     } else {
         std::fs::File::open(path)
             .and_then(|file| file.take(limit).read_to_end(&mut bytes))
-            .map_err(|error| EngineError::invalid(format!("cannot read {}: {error}", opledger_domain::quote(&path.to_string_lossy()))))?;
+            .map_err(|error| {
+                EngineError::invalid(format!(
+                    "cannot read {}: {error}",
+                    opledger_domain::quote(&path.to_string_lossy())
+                ))
+            })?;
     }
-    String::from_utf8(bytes).map_err(|_| EngineError::invalid(format!("{} is not UTF-8 text", opledger_domain::quote(&path.to_string_lossy()))).into())
+    String::from_utf8(bytes).map_err(|_| {
+        EngineError::invalid(format!(
+            "{} is not UTF-8 text",
+            opledger_domain::quote(&path.to_string_lossy())
+        ))
+        .into()
+    })
 }
 
 async fn apply<S: Store>(engine: &Engine<S>, file: &Path, dry_run: bool, as_json: bool) -> anyhow::Result<()> {

@@ -242,9 +242,9 @@ async fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Database::Postgres(config) => {
             let described = config_description(&cli.database_url);
             let store = if read_only {
-                PostgresStore::open_read_only(config).await
+                PostgresStore::open_read_only(*config).await
             } else {
-                PostgresStore::open(config).await
+                PostgresStore::open(*config).await
             };
             dispatch(store.with_context(|| format!("opening {described}"))?, &cli).await
         }
@@ -271,7 +271,7 @@ fn config_description(url: &str) -> String {
 /// Which backend a `--database-url` names.
 enum Database {
     Sqlite(SqliteConfig),
-    Postgres(PostgresConfig),
+    Postgres(Box<PostgresConfig>),
 }
 
 /// The database URLs opledger accepts, for messages.
@@ -285,7 +285,7 @@ fn database(url: &str) -> Result<Database, UsageError> {
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         // Its refusals say the form a PostgreSQL URL takes.
         return PostgresConfig::from_url(url)
-            .map(Database::Postgres)
+            .map(|config| Database::Postgres(Box::new(config)))
             .map_err(UsageError);
     }
     let lowered = url.to_ascii_lowercase();

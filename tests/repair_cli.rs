@@ -6,7 +6,7 @@
 mod common;
 
 use common::{assert_exit, at, describe, ledger_with_a_task, ok_json_at};
-use opledger_testkit::{backend_tests, Backend, Harness};
+use opledger_testkit::{backend_tests, Backend};
 
 async fn replay_rebuild_repairs_a_tampered_row_and_verify_is_identical_afterwards<B: Backend>(backend: &B) {
     let url = backend.url();

@@ -7,7 +7,7 @@
 use opledger_domain::kinds::legacy;
 use opledger_engine::{CommandContext, Engine, TaskRequest, TaskTarget};
 use opledger_store::Store;
-use opledger_testkit::{backend_tests, Backend, Harness};
+use opledger_testkit::{backend_tests, Backend};
 use serde_json::json;
 
 async fn a_tampered_projection_row_is_found_by_verify_and_repaired_by_a_rebuild<B: Backend>(backend: &B) {
