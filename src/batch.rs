@@ -53,10 +53,15 @@ fn batch_request(args: &BatchCreateArgs) -> anyhow::Result<BatchRequest> {
     let mut inputs = BTreeMap::new();
     for given in &args.inputs {
         let Some((kind, text)) = given.split_once('=') else {
-            return Err(UsageError(format!("--inputs {given:?} must be KIND=JSON")).into());
+            return Err(UsageError(format!("--inputs {} must be KIND=JSON", opledger_domain::quoted(given))).into());
         };
-        let value: Value = serde_json::from_str(text)
-            .map_err(|error| UsageError(format!("--inputs for {kind} is not JSON: {error}")))?;
+        let value: Value = serde_json::from_str(text).map_err(|error| {
+            UsageError(format!(
+                "--inputs for {} is not JSON ({error}): {}",
+                opledger_domain::quote(kind),
+                opledger_domain::quoted(text)
+            ))
+        })?;
         inputs.insert(kind.trim().to_string(), value);
     }
     Ok(BatchRequest {

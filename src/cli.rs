@@ -9,9 +9,15 @@ use std::path::PathBuf;
 #[derive(Debug, Parser)]
 #[command(name = "opledger", version, about, propagate_version = true)]
 pub struct Cli {
-    /// Database to use: a SQLite file (`sqlite:PATH`, `sqlite:PATH?synchronous=normal`, or a bare path).
+    /// Database to use: a SQLite file (`sqlite:PATH`, `sqlite:PATH?synchronous=normal`, or a bare path),
+    /// or `postgres://USER@HOST:PORT/DATABASE` (`?connect_timeout=SECONDS`, default 5).
     #[arg(long, global = true, env = "OPLEDGER_DATABASE_URL", default_value = "opledger.db")]
     pub database_url: String,
+
+    /// The most bytes a text flag takes (`--error`, `--reason`, `--output`, `--no-result`);
+    /// longer ones are refused and nothing is recorded.
+    #[arg(long, global = true, env = "OPLEDGER_MAX_TEXT_BYTES", default_value_t = crate::limits::DEFAULT_MAX_TEXT_BYTES, value_name = "BYTES")]
+    pub max_text_bytes: usize,
 
     /// Print machine-readable JSON instead of text.
     #[arg(long, global = true)]
@@ -19,6 +25,32 @@ pub struct Cli {
 
     #[command(subcommand)]
     pub command: Command,
+}
+
+impl Command {
+    /// Whether the command only reads: it opens the store read-only, so it
+    /// works on a read-only file or a role granted only SELECT, and never
+    /// migrates, catches projections up, rebuilds or runs maintenance
+    /// (see `main::dispatch`). One line per reading command.
+    pub fn reads_only(&self) -> bool {
+        match self {
+            Command::Status | Command::Timeline { .. } | Command::Capabilities { .. } => true,
+            Command::Kinds {
+                command: KindsCommand::List | KindsCommand::Show { .. },
+            } => true,
+            Command::Review {
+                command: ReviewCommand::List,
+            } => true,
+            Command::Batch {
+                command: BatchCommand::Show { .. } | BatchCommand::List { .. },
+            } => true,
+            Command::Task {
+                command: TaskCommand::Show(_),
+            } => true,
+            Command::Replay(args) => !args.rebuild,
+            _ => false,
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -33,9 +65,10 @@ pub enum Command {
     /// An operation's events in order, with actor, time and cause.
     Timeline {
         /// The operation's id.
-        operation_id: String,
+        operation_id: OperationId,
     },
-    /// Rebuild every projection from the log into scratch tables.
+    /// Rebuild every projection from the log into scratch tables (`--verify`
+    /// compares them with the live ones), or repair the live ones (`--rebuild`).
     Replay(ReplayArgs),
     /// The media registry.
     Media {
@@ -122,8 +155,12 @@ pub struct ReprocessArgs {
 #[derive(Debug, Args)]
 pub struct ReplayArgs {
     /// Compare the rebuilt projections with the live ones; exit 1 on any difference.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "rebuild")]
     pub verify: bool,
+    /// Rebuild every live projection from the log (through shadow tables
+    /// swapped in), repairing rows that drifted from it.
+    #[arg(long)]
+    pub rebuild: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -136,12 +173,15 @@ pub enum MediaCommand {
         /// What kind of media it is.
         #[arg(long, default_value = "image")]
         kind: String,
-        /// The content digest, e.g. `sha256:...`, when known.
-        #[arg(long)]
+        /// The content digest when known: `sha256:` and 64 lowercase hex digits.
+        #[arg(long, value_parser = content_digest)]
         digest: Option<String>,
         /// The size in bytes, when known.
         #[arg(long)]
         size: Option<i64>,
+        /// Register the path even when a media item already has it.
+        #[arg(long)]
+        allow_duplicate_path: bool,
     },
 }
 
@@ -166,6 +206,9 @@ pub enum TaskCommand {
     Cancel(CancelArgs),
     /// The worker stopped and cleaned up after a cancel request: the task is cancelled.
     AckCancel(TokenArgs),
+    /// Give a claim back unused: the task is queued again at once, counted
+    /// neither as an attempt nor as a failure.
+    Release(ReleaseArgs),
     /// A task's processing state.
     Show(ShowArgs),
 }
@@ -210,6 +253,7 @@ pub struct ClaimArgs {
 #[derive(Debug, Args)]
 pub struct TokenArgs {
     /// The claim token `task claim` printed.
+    #[arg(value_parser = claim_token)]
     pub token: String,
     /// The revision the claim runs; when given it must match too.
     #[arg(long)]
@@ -217,6 +261,15 @@ pub struct TokenArgs {
     /// Recorded as the actor of any event this report appends (default `cli`).
     #[arg(long)]
     pub worker: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ReleaseArgs {
+    #[command(flatten)]
+    pub claim: TokenArgs,
+    /// Why, recorded on the timeline.
+    #[arg(long, value_name = "TEXT")]
+    pub reason: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -296,10 +349,12 @@ pub struct ShowArgs {
 /// A lease in whole seconds, 1 up to the engine's longest lease.
 fn lease_seconds(text: &str) -> Result<i64, String> {
     let max = MAX_LEASE_MS / 1_000;
-    let seconds: i64 = text
-        .trim()
-        .parse()
-        .map_err(|_| format!("a lease is a whole number of seconds (1 to {max}), not {text:?}"))?;
+    let seconds: i64 = text.trim().parse().map_err(|_| {
+        format!(
+            "a lease is a whole number of seconds (1 to {max}), not {}",
+            opledger_domain::quoted(text)
+        )
+    })?;
     if !(1..=max).contains(&seconds) {
         return Err(format!(
             "a lease must be between 1 and {max} seconds ({} days), not {seconds}",
@@ -309,10 +364,30 @@ fn lease_seconds(text: &str) -> Result<i64, String> {
     Ok(seconds)
 }
 
+/// A claim token as `task claim` prints it (a UUID); anything else is bad
+/// input (exit 2), not a claim that lost its task (exit 3).
+fn claim_token(text: &str) -> Result<String, String> {
+    match uuid::Uuid::try_parse(text.trim()) {
+        Ok(_) => Ok(text.trim().to_string()),
+        Err(_) => Err(format!(
+            "a claim token is the UUID `task claim` printed, not {}",
+            opledger_domain::quoted(text)
+        )),
+    }
+}
+
+/// A content digest: `sha256:` and 64 lowercase hex digits.
+fn content_digest(text: &str) -> Result<String, String> {
+    opledger_domain::digest::check(text).map(|()| text.to_string())
+}
+
 fn claim_limit(text: &str) -> Result<usize, String> {
     match text.trim().parse::<i64>() {
         Ok(limit) if (1..=MAX_CLAIM_BATCH as i64).contains(&limit) => Ok(limit as usize),
-        _ => Err(format!("a claim takes 1 to {MAX_CLAIM_BATCH} tasks, not {text:?}")),
+        _ => Err(format!(
+            "a claim takes 1 to {MAX_CLAIM_BATCH} tasks, not {}",
+            opledger_domain::quoted(text)
+        )),
     }
 }
 

@@ -32,15 +32,26 @@ fn database_dir(database_url: &str) -> (PathBuf, Option<PathBuf>) {
     (dir, Some(file))
 }
 
+/// The folder to ingest must exist: checked before the store is opened,
+/// so a mistyped folder leaves no database behind.
+pub fn check_folder(args: &IngestArgs) -> Result<(), UsageError> {
+    if args.dir.is_dir() {
+        Ok(())
+    } else {
+        Err(UsageError(format!(
+            "{} is not a folder",
+            opledger_domain::quoted(&args.dir.to_string_lossy())
+        )))
+    }
+}
+
 pub async fn run<S: Store>(
     engine: &Engine<S>,
     args: &IngestArgs,
     database_url: &str,
     as_json: bool,
 ) -> anyhow::Result<IngestSummary> {
-    if !args.dir.is_dir() {
-        return Err(UsageError(format!("{} is not a folder", args.dir.display())).into());
-    }
+    check_folder(args)?;
     if args.workers == Some(0) {
         return Err(UsageError("--workers must be at least 1".into()).into());
     }

@@ -57,14 +57,25 @@ fn read_file(path: &Path) -> anyhow::Result<String> {
     } else {
         std::fs::File::open(path)
             .and_then(|file| file.take(limit).read_to_end(&mut bytes))
-            .map_err(|error| EngineError::invalid(format!("cannot read {}: {error}", path.display())))?;
+            .map_err(|error| {
+                EngineError::invalid(format!(
+                    "cannot read {}: {error}",
+                    opledger_domain::quote(&path.to_string_lossy())
+                ))
+            })?;
     }
-    String::from_utf8(bytes).map_err(|_| EngineError::invalid(format!("{} is not UTF-8 text", path.display())).into())
+    String::from_utf8(bytes).map_err(|_| {
+        EngineError::invalid(format!(
+            "{} is not UTF-8 text",
+            opledger_domain::quote(&path.to_string_lossy())
+        ))
+        .into()
+    })
 }
 
 async fn apply<S: Store>(engine: &Engine<S>, file: &Path, dry_run: bool, as_json: bool) -> anyhow::Result<()> {
     let text = read_file(file)?;
-    let document = parse_kinds(&text).with_context(|| file.display().to_string())?;
+    let document = parse_kinds(&text).with_context(|| opledger_domain::quote(&file.to_string_lossy()))?;
     let report = engine
         .apply_kinds(&CommandContext::actor("cli"), &document, dry_run)
         .await?;

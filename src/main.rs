@@ -8,23 +8,48 @@
 //! | 2 | bad usage or invalid input |
 //! | 3 | conflict: stale claim, illegal transition, version conflict |
 //! | 4 | not found |
-//! | 5 | storage unavailable or corrupt |
+//! | 5 | storage unavailable or corrupt, or not an opledger ledger |
+//! | 141 | standard output was closed before the answer was written (a reader such as `head` stopped reading); nothing is printed, and a claim whose answer was not written is given back |
+
+/// Every command prints through these, which shadow the standard macros in
+/// this crate: a write to a closed standard output (`| head -1`) must end
+/// the command quietly with exit 141 instead of panicking, and a claim
+/// whose answer could not be written must be given back. The write goes
+/// to `output::write_stdout`, which records a failure instead of
+/// panicking; `main` turns it into the exit code.
+macro_rules! print {
+    ($($arg:tt)*) => {
+        $crate::output::write_stdout(format_args!($($arg)*))
+    };
+}
+
+/// See [`print!`].
+macro_rules! println {
+    () => {
+        $crate::output::write_stdout(format_args!("\n"))
+    };
+    ($($arg:tt)*) => {
+        $crate::output::write_stdout(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
 
 mod batch;
 mod cli;
 mod ingest;
 mod kinds;
+mod limits;
 mod output;
 mod task;
 
 use anyhow::Context;
 use clap::Parser;
 use cli::{Cli, Command, DocsCommand, MediaCommand, Workload};
-use opledger_domain::{DomainError, OperationId};
+use opledger_domain::{quoted, DomainError};
 use opledger_engine::{CommandContext, Engine, EngineError};
 use opledger_store::{ErrorKind, Store};
 use opledger_store_postgres::{PostgresConfig, PostgresStore};
 use opledger_store_sqlite::{SqliteConfig, SqliteStore};
+use std::io::Write;
 use std::process::ExitCode;
 
 /// Projection folds and the driver allocate many small strings and rows;
@@ -45,6 +70,22 @@ impl std::fmt::Display for UsageError {
 
 impl std::error::Error for UsageError {}
 
+/// Standard output was closed before the command's answer was written.
+#[derive(Debug)]
+pub(crate) struct OutputClosed;
+
+impl std::fmt::Display for OutputClosed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("standard output was closed before the answer was written")
+    }
+}
+
+impl std::error::Error for OutputClosed {}
+
+/// The exit code of a command whose standard output was closed under it,
+/// as a shell reports a process ended by SIGPIPE (128 + 13).
+const OUTPUT_CLOSED: u8 = 141;
+
 /// What a successful run wants the process to exit with.
 enum Outcome {
     Ok,
@@ -57,7 +98,10 @@ fn main() -> ExitCode {
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("OPLEDGER_LOG").unwrap_or_else(|_| "warn".into()))
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
+    let mut cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => return parse_error(error),
+    };
     // One thread is enough for a command line run, and measurably faster on
     // a small machine: the store's driver threads do the blocking work, and
     // fewer threads hand work back and forth. A replay is the exception: it
@@ -71,17 +115,57 @@ fn main() -> ExitCode {
     let runtime = match { builder }.enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {
-            eprintln!("opledger: cannot start the async runtime: {error}");
+            report(&format!("opledger: cannot start the async runtime: {error}"));
             return ExitCode::from(5);
         }
     };
-    match runtime.block_on(run(cli)) {
+    let result = match limits::check(&mut cli) {
+        Ok(()) => runtime.block_on(run(cli)),
+        Err(error) => Err(error.into()),
+    };
+    // Whatever was left in the buffer must reach the reader too.
+    let written = output::flush();
+    match result {
+        Ok(_) if !written => ExitCode::from(OUTPUT_CLOSED),
         Ok(Outcome::Ok) => ExitCode::SUCCESS,
         Ok(Outcome::Differences) => ExitCode::from(1),
+        Err(error) if error.downcast_ref::<OutputClosed>().is_some() => ExitCode::from(OUTPUT_CLOSED),
         Err(error) => {
-            eprintln!("opledger: {error:#}");
+            report(&format!("opledger: {error:#}"));
             ExitCode::from(exit_code(&error))
         }
+    }
+}
+
+/// Writes a message to standard error; a closed standard error loses it
+/// instead of panicking.
+fn report(message: &str) {
+    let _ = writeln!(std::io::stderr(), "{message}");
+}
+
+/// A command line clap refused: its message, with any long argument quoted
+/// short (clap repeats a refused value whole, and a value may be megabytes),
+/// and its exit code (2; help and version are 0).
+fn parse_error(error: clap::Error) -> ExitCode {
+    let code = error.exit_code();
+    let mut message = error.render().to_string();
+    for argument in std::env::args_os().skip(1) {
+        let argument = argument.to_string_lossy();
+        let value = argument.split_once('=').map_or(&*argument, |(_, value)| value);
+        for long in [&*argument, value] {
+            if long.len() > opledger_domain::quote::QUOTE_BYTES && message.contains(long) {
+                message = message.replace(long, &opledger_domain::quote(long));
+            }
+        }
+    }
+    let shown = if code == 0 {
+        write!(std::io::stdout(), "{message}")
+    } else {
+        write!(std::io::stderr(), "{message}")
+    };
+    match shown {
+        Err(_) if code == 0 => ExitCode::from(OUTPUT_CLOSED),
+        _ => ExitCode::from(u8::try_from(code).unwrap_or(2)),
     }
 }
 
@@ -149,58 +233,134 @@ async fn run(cli: Cli) -> anyhow::Result<Outcome> {
         }
         _ => {}
     }
-    if cli.database_url.starts_with("postgres://") || cli.database_url.starts_with("postgresql://") {
-        let config = PostgresConfig::from_url(&cli.database_url).map_err(UsageError)?;
-        let store = PostgresStore::open(config)
-            .await
-            .with_context(|| format!("opening {}", config_description(&cli.database_url)))?;
-        return dispatch(store, &cli).await;
+    // Checked before a store is opened, which would create the file.
+    if let Command::Ingest(args) = &cli.command {
+        ingest::check_folder(args)?;
     }
-    let config = SqliteConfig::from_url(&cli.database_url).map_err(UsageError)?;
-    let store = SqliteStore::open(config)
-        .await
-        .with_context(|| format!("opening {}", cli.database_url))?;
-    dispatch(store, &cli).await
-}
-
-/// A database URL for messages, without its password.
-fn config_description(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme_end), Some(at)) if at > scheme_end => {
-            let credentials = &url[scheme_end + 3..at];
-            let user = credentials.split(':').next().unwrap_or("");
-            format!("{}{user}@{}", &url[..scheme_end + 3], &url[at + 1..])
+    let read_only = cli.command.reads_only();
+    match database(&cli.database_url)? {
+        Database::Postgres(config) => {
+            let described = config_description(&cli.database_url);
+            let store = if read_only {
+                PostgresStore::open_read_only(*config).await
+            } else {
+                PostgresStore::open(*config).await
+            };
+            dispatch(store.with_context(|| format!("opening {described}"))?, &cli).await
         }
-        _ => url.to_string(),
+        Database::Sqlite(config) => {
+            let store = if read_only {
+                SqliteStore::open_read_only(config).await
+            } else {
+                SqliteStore::open(config).await
+            };
+            dispatch(
+                store.with_context(|| format!("opening {}", quoted(&cli.database_url)))?,
+                &cli,
+            )
+            .await
+        }
     }
 }
 
-/// Runs a command on any backend.
-async fn dispatch<S: Store>(store: S, cli: &Cli) -> anyhow::Result<Outcome> {
-    let (engine, startup) = Engine::open(store).await.context("starting up")?;
-    for (name, from, to, events) in &startup.rebuilt {
-        tracing::info!(projection = name, from, to, events, "projection rebuilt");
+/// A database URL for messages, without its password, quoted short.
+fn config_description(url: &str) -> String {
+    opledger_domain::quote(&opledger_store_postgres::without_password(url))
+}
+
+/// Which backend a `--database-url` names.
+enum Database {
+    Sqlite(SqliteConfig),
+    Postgres(Box<PostgresConfig>),
+}
+
+/// The database URLs opledger accepts, for messages.
+const ACCEPTED_URLS: &str = "accepted: a SQLite file (`PATH`, `sqlite:PATH`, `sqlite:PATH?synchronous=normal`) \
+     or `postgres://USER@HOST:PORT/DATABASE`";
+
+/// Parses `--database-url`: a PostgreSQL URL, or a SQLite file. Anything
+/// else (another scheme, an in-memory database, which would vanish when
+/// the command ends) is bad usage, said with the forms accepted.
+fn database(url: &str) -> Result<Database, UsageError> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        // Its refusals say the form a PostgreSQL URL takes.
+        return PostgresConfig::from_url(url)
+            .map(|config| Database::Postgres(Box::new(config)))
+            .map_err(UsageError);
     }
-    let context = CommandContext::actor("cli");
-    // Reading the log back must not change it; every other command first
-    // records stale results and settles batches whose items settled.
-    if !matches!(cli.command, Command::Replay(_)) {
+    let lowered = url.to_ascii_lowercase();
+    let scheme = lowered.split_once(':').map(|(scheme, _)| scheme).unwrap_or("");
+    let foreign_scheme = lowered.contains("://") && !lowered.starts_with("sqlite://");
+    let known_other = [
+        "mysql",
+        "mariadb",
+        "postgres",
+        "postgresql",
+        "http",
+        "https",
+        "file",
+        "redis",
+        "mongodb",
+    ]
+    .contains(&scheme);
+    if foreign_scheme || known_other {
+        return Err(UsageError(format!(
+            "database URL {} is not one opledger can use; {ACCEPTED_URLS}",
+            quoted(&config_description(url))
+        )));
+    }
+    let config = SqliteConfig::from_url(url).map_err(|refused| UsageError(format!("{refused}; {ACCEPTED_URLS}")))?;
+    let path = config.path.to_string_lossy();
+    if path == ":memory:" || path.is_empty() || lowered.contains("mode=memory") {
+        return Err(UsageError(format!(
+            "database URL {} names an in-memory database, which would vanish when the command ends; {ACCEPTED_URLS}",
+            quoted(url)
+        )));
+    }
+    Ok(Database::Sqlite(config))
+}
+
+/// Runs a command on any backend. A reading command (`Command::reads_only`)
+/// got a read-only store: it runs no startup and no maintenance, and
+/// refuses projections stored at another version than this build reads
+/// (only a writing command's startup rebuilds them); projections merely
+/// behind the log are read as they are, with a note on stderr (`status`
+/// shows each one's lag). Every other command first brings the
+/// projections to the head (startup) and runs maintenance.
+async fn dispatch<S: Store>(store: S, cli: &Cli) -> anyhow::Result<Outcome> {
+    let engine = if cli.command.reads_only() {
+        let engine = Engine::new(store);
+        check_readable(&engine).await?;
+        engine
+    } else {
+        let (engine, startup) = Engine::open(store).await.context("starting up")?;
+        for (name, from, to, events) in &startup.rebuilt {
+            tracing::info!(projection = name, from, to, events, "projection rebuilt");
+        }
+        // Stale results are recorded and batches whose items settled are
+        // settled before the command acts.
         engine
             .maintain(&CommandContext::actor("system"))
             .await
             .context("maintenance")?;
-    }
+        engine
+    };
+    let context = CommandContext::actor("cli");
     match &cli.command {
         Command::Status => {
             let report = engine.status().await?;
             output::status(&report, cli.json);
         }
         Command::Timeline { operation_id } => {
-            let operation_id: OperationId = operation_id.parse().map_err(UsageError)?;
-            let events = engine.timeline(operation_id).await?;
+            let events = engine.timeline(*operation_id).await?;
             output::timeline(&events, cli.json);
         }
         Command::Replay(args) => {
+            if args.rebuild {
+                let rebuilt = engine.rebuild_projections().await?;
+                output::rebuilt(&rebuilt, cli.json);
+                return Ok(Outcome::Ok);
+            }
             if !args.verify {
                 let stats = engine.replay().await?;
                 output::replay(&stats, cli.json);
@@ -219,8 +379,19 @@ async fn dispatch<S: Store>(store: S, cli: &Cli) -> anyhow::Result<Outcome> {
                     kind,
                     digest,
                     size,
+                    allow_duplicate_path,
                 },
         } => {
+            if !allow_duplicate_path {
+                if let Some(existing) = engine.media_by_path(std::slice::from_ref(path)).await?.get(path) {
+                    return Err(EngineError::Domain(DomainError::Conflict(format!(
+                        "{} is already registered as media {} (pass --allow-duplicate-path to register it again)",
+                        quoted(path),
+                        existing.media_id
+                    )))
+                    .into());
+                }
+            }
             let media_id = engine
                 .register_media(&context, path, kind, digest.clone(), *size)
                 .await?;
@@ -241,4 +412,47 @@ async fn dispatch<S: Store>(store: S, cli: &Cli) -> anyhow::Result<Outcome> {
         }
     }
     Ok(Outcome::Ok)
+}
+
+/// The writing command that brings projections to this build's version.
+const UPGRADING_COMMAND: &str = "opledger recover";
+
+/// Whether a reading command can read the stored projections as they are:
+/// refused when any is stored at another version than this build reads
+/// (its tables are not what this build's queries expect), naming the
+/// writing command that rebuilds them; a note on stderr when they are
+/// merely behind the log.
+async fn check_readable<S: Store>(engine: &Engine<S>) -> anyhow::Result<()> {
+    let readiness = engine.readiness().await.context("reading the projections' versions")?;
+    let outdated = readiness.outdated();
+    if !outdated.is_empty() {
+        let named: Vec<String> = outdated
+            .iter()
+            .map(|projection| match projection.stored_version {
+                Some(stored) => format!(
+                    "{} (stored v{stored}, this build reads v{})",
+                    projection.name, projection.version
+                ),
+                None => format!(
+                    "{} (not built yet, this build reads v{})",
+                    projection.name, projection.version
+                ),
+            })
+            .collect();
+        return Err(EngineError::Store(opledger_store::StoreError::unavailable(format!(
+            "the ledger's projections are not at this build's versions: {}. A reading command does not \
+             rebuild them; run `{UPGRADING_COMMAND}` (or any command that writes) once to rebuild them",
+            named.join(", ")
+        )))
+        .into());
+    }
+    let lag = readiness.lag();
+    if lag > 0 {
+        report(&format!(
+            "opledger: note: the projections are up to {lag} events behind the log (head at seq {}); \
+             this reads them as they are (`{UPGRADING_COMMAND}` or any command that writes catches them up)",
+            readiness.head
+        ));
+    }
+    Ok(())
 }

@@ -6,6 +6,55 @@ use opledger_engine::{
     TaskTarget, TaskView, VerifyReport,
 };
 use serde_json::{json, Value};
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Set once a write to standard output failed (its reader went away, as
+/// `head` does once it has its lines): from then on nothing more is
+/// written, and `main` ends the command quietly with exit 141.
+static CLOSED: AtomicBool = AtomicBool::new(false);
+
+/// Writes to standard output, never panicking: a failed write is recorded
+/// (see [`flush`]) instead. Every `print!`/`println!` of this crate comes
+/// here (the macros in `main.rs`).
+pub(crate) fn write_stdout(text: std::fmt::Arguments<'_>) {
+    if CLOSED.load(Ordering::Relaxed) {
+        return;
+    }
+    if std::io::stdout().lock().write_fmt(text).is_err() {
+        CLOSED.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Flushes standard output; false when anything written so far did not
+/// reach it.
+pub(crate) fn flush() -> bool {
+    if !CLOSED.load(Ordering::Relaxed) && std::io::stdout().lock().flush().is_err() {
+        CLOSED.store(true, Ordering::Relaxed);
+    }
+    !CLOSED.load(Ordering::Relaxed)
+}
+
+/// At most `bound` bytes of a stored text for plain output (cut at a
+/// character boundary), saying how much was left out; `--json` shows all.
+pub(crate) fn clipped(text: &str, bound: usize) -> String {
+    if text.len() <= bound {
+        return text.to_string();
+    }
+    let mut end = bound;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!(
+        "{}… ({} bytes in all; --json shows everything)",
+        &text[..end],
+        text.len()
+    )
+}
+
+/// The most bytes of one stored text (an output, an error, a reason) that
+/// `task show` prints in plain output.
+const SHOWN_TEXT_BYTES: usize = 300;
 
 pub(crate) fn print_json(value: &Value) {
     println!(
@@ -392,6 +441,37 @@ pub fn cancelled(outcome: &TaskOutcome, as_json: bool) {
     }
 }
 
+pub fn released(outcome: &TaskOutcome, as_json: bool) {
+    if as_json {
+        print_json(&json!({
+            "operation_id": outcome.operation_id.to_string(),
+            "status": outcome.status.as_str(),
+            "attempt_count": outcome.attempt_count,
+        }));
+        return;
+    }
+    println!("task {} is {} (claim given back)", outcome.operation_id, outcome.status);
+}
+
+/// `replay --rebuild`: (projection, version, events folded) per projection.
+pub fn rebuilt(rebuilt: &[(String, u32, u64)], as_json: bool) {
+    if as_json {
+        let projections: Vec<Value> = rebuilt
+            .iter()
+            .map(|(name, version, events)| json!({"name": name, "version": version, "events": events}))
+            .collect();
+        print_json(&json!({ "rebuilt": projections }));
+        return;
+    }
+    println!(
+        "rebuilt {} projections from the log, each through shadow tables swapped in:",
+        rebuilt.len()
+    );
+    for (name, version, events) in rebuilt {
+        println!("  {name:<26} v{version}  {events} events folded");
+    }
+}
+
 pub fn cancel_acknowledged(outcome: &TaskOutcome, as_json: bool) {
     if as_json {
         print_json(&json!({
@@ -456,7 +536,7 @@ pub fn task(view: &TaskView, as_json: bool) {
         state.operation_id, state.task_kind, state.status
     );
     if let Some(reason) = &state.status_reason {
-        println!("  reason:     {reason}");
+        println!("  reason:     {}", clipped(reason, SHOWN_TEXT_BYTES));
     }
     println!("  requested:  {}", state.requested_revision);
     println!("  completed:  {}", state.completed_revision.as_deref().unwrap_or("-"));
@@ -465,7 +545,7 @@ pub fn task(view: &TaskView, as_json: bool) {
         state.attempt_count, state.failure_count, state.interruption_count, state.available_at
     );
     if let Some(error) = &state.last_error {
-        println!("  last error: {error}");
+        println!("  last error: {}", clipped(error, SHOWN_TEXT_BYTES));
     }
     if let Some(token) = &state.claim_token {
         println!(
@@ -494,7 +574,7 @@ pub fn task(view: &TaskView, as_json: bool) {
         println!("  cancel requested");
     }
     if let Some(output) = &state.output {
-        println!("  output:     {output}");
+        println!("  output:     {}", clipped(output, SHOWN_TEXT_BYTES));
     }
 }
 

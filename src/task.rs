@@ -7,7 +7,7 @@
 
 use crate::cli::{ClaimArgs, CompleteArgs, RequestArgs, ShowArgs, TaskCommand, TokenArgs};
 use crate::output;
-use crate::UsageError;
+use crate::{OutputClosed, UsageError};
 use opledger_engine::{
     ClaimRequest, CommandContext, Completion, Engine, EngineError, Fence, Progress, TaskRequest, TaskTarget,
 };
@@ -62,9 +62,21 @@ pub async fn run<S: Store>(engine: &Engine<S>, command: &TaskCommand, as_json: b
             output::cancel_acknowledged(&outcome, as_json);
             Ok(())
         }
+        TaskCommand::Release(args) => {
+            let reason = args.reason.as_deref().unwrap_or("");
+            let outcome = engine
+                .release_task(&context(&args.claim), &fence(&args.claim), reason)
+                .await?;
+            output::released(&outcome, as_json);
+            Ok(())
+        }
         TaskCommand::Show(args) => show(engine, args, as_json).await,
     }
 }
+
+/// What a claim records when it gives back claims whose answer could not
+/// be written.
+const UNDELIVERED: &str = "released: the claim's answer could not be written (its standard output was closed)";
 
 /// `opledger recover`.
 pub async fn recover<S: Store>(engine: &Engine<S>, as_json: bool) -> anyhow::Result<()> {
@@ -96,7 +108,12 @@ fn json_flag(flag: &str, text: &str) -> Result<Value, UsageError> {
     } else {
         text.to_string()
     };
-    serde_json::from_str(&text).map_err(|error| UsageError(format!("{flag} is not valid JSON ({error}): {text}")))
+    serde_json::from_str(&text).map_err(|error| {
+        UsageError(format!(
+            "{flag} is not valid JSON ({error}): {}",
+            opledger_domain::quoted(&text)
+        ))
+    })
 }
 
 async fn request<S: Store>(engine: &Engine<S>, args: &RequestArgs, as_json: bool) -> anyhow::Result<()> {
@@ -150,7 +167,20 @@ async fn claim<S: Store>(engine: &Engine<S>, args: &ClaimArgs, as_json: bool) ->
         )
         .await?;
     output::claims(&claims, args.limit > 1, as_json);
-    Ok(())
+    if output::flush() {
+        return Ok(());
+    }
+    // Nobody received the tokens: the claims go back to the queue now,
+    // instead of staying leased to a caller that never saw them.
+    let context = CommandContext::actor(args.worker.clone());
+    for claim in &claims {
+        let fence = Fence {
+            claim_token: claim.claim_token.clone(),
+            revision: Some(claim.revision.clone()),
+        };
+        engine.release_task(&context, &fence, UNDELIVERED).await?;
+    }
+    Err(OutputClosed.into())
 }
 
 async fn complete<S: Store>(engine: &Engine<S>, args: &CompleteArgs, as_json: bool) -> anyhow::Result<()> {

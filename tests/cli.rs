@@ -58,22 +58,28 @@ fn add_media(db: &Path, path: &str) -> MediaId {
 }
 
 #[test]
-fn status_in_a_fresh_folder_creates_opledger_db_there_and_exits_0() {
+fn a_writing_command_in_a_fresh_folder_creates_opledger_db_there_and_status_reads_it() {
     let dir = tempfile::tempdir().unwrap();
     assert!(!dir.path().join("opledger.db").exists());
-    let output = run(opledger(dir.path()).arg("status"));
+    // A reading command creates nothing.
+    assert_exit(&run(opledger(dir.path()).arg("status")), 4);
+    assert!(!dir.path().join("opledger.db").exists());
+    let output = run(opledger(dir.path()).arg("recover"));
     assert_exit(&output, 0);
     assert!(
         dir.path().join("opledger.db").is_file(),
-        "status did not create opledger.db in the current folder: {}",
+        "recover did not create opledger.db in the current folder: {}",
         describe(&output)
     );
+    let output = run(opledger(dir.path()).arg("status"));
+    assert_exit(&output, 0);
     assert!(stdout(&output).contains("head at seq 0"), "{}", describe(&output));
 }
 
 #[test]
 fn status_json_has_the_documented_keys_and_every_operation_status() {
     let dir = tempfile::tempdir().unwrap();
+    assert_exit(&run(opledger(dir.path()).arg("recover")), 0);
     let output = run(opledger(dir.path()).args(["status", "--json"]));
     assert_exit(&output, 0);
     let status = json(&output);
@@ -229,6 +235,12 @@ fn media_add_with_a_negative_size_exits_2() {
 #[test]
 fn timeline_of_an_unknown_operation_exits_4() {
     let (_dir, db) = temp_db();
+    assert_exit(
+        &run(opledger(db.parent().unwrap())
+            .args(["recover", "--database-url"])
+            .arg(&db)),
+        0,
+    );
     let unknown = Uuid::from_u128(0x0123_4567_89ab_cdef_0123_4567_89ab_cdef).to_string();
     let output = run(opledger(db.parent().unwrap())
         .args(["timeline", &unknown, "--database-url"])

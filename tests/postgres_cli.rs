@@ -36,12 +36,19 @@ async fn a_postgres_url_selects_the_postgres_backend_and_a_shell_worker_complete
         return;
     };
     let url = database.url();
+    declare_pipeline(&url);
     let status = ok_json(&url, &["status", "--json"]);
     assert_eq!(status["backend"], "postgres");
-    declare_pipeline(&url);
     let media = run(
         &url,
-        &["media", "add", "--path", "/photos/pg.png", "--digest", "sha256:ab"],
+        &[
+            "media",
+            "add",
+            "--path",
+            "/photos/pg.png",
+            "--digest",
+            &common::digest(0xab),
+        ],
     );
     assert!(media.status.success(), "{}", String::from_utf8_lossy(&media.stderr));
     let media_id = String::from_utf8_lossy(&media.stdout).trim().to_string();

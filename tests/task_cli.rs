@@ -674,8 +674,10 @@ fn a_stale_token_gets_exit_3_for_heartbeat_progress_complete_and_fail() {
     refuse_all(&ledger);
     assert_eq!(ledger.head(), head, "a stale report appended to the log");
     assert_eq!(ledger.show(&operation_id), state, "a stale report changed the state");
-    // A token that never existed is refused the same way.
-    ledger.refused(&["task", "heartbeat", "not-a-token"], 3);
+    // A well-formed token that never existed is refused the same way; a
+    // malformed one is bad input.
+    ledger.refused(&["task", "heartbeat", "0190f5a2-0000-7000-8000-000000000000"], 3);
+    ledger.refused(&["task", "heartbeat", "not-a-token"], 2);
 
     // Another worker takes the task; the old token still cannot touch it.
     let second = ledger.claim("second-worker", "30");

@@ -91,3 +91,80 @@ pub fn declare_pipeline(database_url: &str) {
         assert_exit(&output, 0);
     }
 }
+
+/// A content digest for test media: `sha256:` and 64 hex digits from `n`.
+pub fn digest(n: u64) -> String {
+    format!("sha256:{n:064x}")
+}
+
+/// Runs `opledger ARGS --database-url URL`.
+pub fn at(url: &str, args: &[&str]) -> Output {
+    run(binary().args(args).arg("--database-url").arg(url))
+}
+
+/// Runs `opledger ARGS --database-url URL`, which must succeed, and
+/// parses its JSON answer.
+pub fn ok_json_at(url: &str, args: &[&str]) -> Value {
+    let output = at(url, args);
+    assert_exit(&output, 0);
+    json(&output)
+}
+
+/// A ledger with the pipeline's kinds and one media item whose `metadata`
+/// task is requested: (media id, operation id).
+pub fn ledger_with_a_task(url: &str) -> (String, String) {
+    declare_pipeline(url);
+    let media = ok_json_at(
+        url,
+        &[
+            "media",
+            "add",
+            "--path",
+            "/photos/one.png",
+            "--digest",
+            &digest(1),
+            "--json",
+        ],
+    );
+    let media_id = media["media_id"].as_str().expect("a media id").to_string();
+    let requested = ok_json_at(
+        url,
+        &["task", "request", "--media", &media_id, "--kind", "metadata", "--json"],
+    );
+    let operation_id = requested["operation_id"].as_str().expect("an operation id").to_string();
+    (media_id, operation_id)
+}
+
+/// Runs the binary with its standard output the write end of a pipe whose
+/// read end is already closed, as after `| head -1` stopped reading: every
+/// write to it fails.
+pub fn run_into_closed_pipe(command: &mut Command) -> Output {
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    drop(reader);
+    let child = command
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the opledger binary runs");
+    child.wait_with_output().expect("the opledger binary ends")
+}
+
+/// Whether `replay --verify` finds the live projections identical.
+pub fn assert_verify_identical(url: &str) {
+    let verified = ok_json_at(url, &["replay", "--verify", "--json"]);
+    assert_eq!(verified["identical"], true, "{verified}");
+}
+
+/// Runs the binary with `input` on its standard input.
+pub fn run_with_stdin(command: &mut Command, input: &[u8]) -> Output {
+    use std::io::Write;
+    let mut child = command
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the opledger binary runs");
+    // The binary may refuse before reading it all; a broken pipe is its answer.
+    let _ = child.stdin.take().expect("a stdin").write_all(input);
+    child.wait_with_output().expect("the opledger binary ends")
+}

@@ -102,7 +102,7 @@ pub struct Options {
 /// [`Options::record`], the report is also appended to the results file.
 pub async fn run(database_url: &str, options: &Options) -> Result<Value, BenchError> {
     let report = if database_url.starts_with("postgres://") || database_url.starts_with("postgresql://") {
-        let server = PostgresConfig::from_url(database_url).map_err(BenchError::Invalid)?;
+        let server = PostgresConfig::server_from_url(database_url).map_err(BenchError::Invalid)?;
         let backend = PostgresBench::new(server);
         let report = on_any_backend(&backend, options).await;
         backend.drop_databases().await;

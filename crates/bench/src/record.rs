@@ -69,7 +69,7 @@ fn commit() -> Option<(String, bool)> {
 /// `synchronous` when it is not the default).
 pub fn command_line(database_url: &str, options: &Options) -> String {
     let mut words = vec!["opledger".to_string()];
-    if let Ok(server) = PostgresConfig::from_url(database_url) {
+    if let Ok(server) = PostgresConfig::server_from_url(database_url) {
         words.push(format!("--database-url postgres://{}", server.describe()));
     } else if SqliteConfig::from_url(database_url).is_ok_and(|config| config.synchronous == Synchronous::Normal) {
         words.push("--database-url bench.db?synchronous=normal".to_string());

@@ -21,7 +21,7 @@ pub enum DomainError {
     IllegalTransition(#[from] TransitionError),
     #[error("invalid input: {0}")]
     InvalidInput(String),
-    #[error("{what} {id} not found")]
+    #[error("{what} {} not found", crate::quote::quote(id))]
     NotFound { what: &'static str, id: String },
     #[error("conflict: {0}")]
     Conflict(String),

@@ -212,6 +212,15 @@ pub struct OperationRetryScheduled {
     pub jitter_ms: i64,
 }
 
+/// The worker holding a claim gave it back unused: the task goes back to
+/// the queue at once, and the attempt the claim took is not counted.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OperationReleased {
+    pub operation_id: OperationId,
+    pub claim_token: String,
+    pub reason: String,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OperationInterrupted {
     pub operation_id: OperationId,
@@ -420,6 +429,7 @@ event_catalogue! {
     OperationReopened(OperationReason) = "operation_reopened", v 1;
     OperationRevisionRequested(OperationRevisionRequested) = "operation_revision_requested", v 1;
     OperationSuperseded(OperationSuperseded) = "operation_superseded", v 1;
+    OperationReleased(OperationReleased) = "operation_released", v 1;
     TaskVersionChanged(TaskVersionChanged) = "task_version_changed", v 1;
     BatchCreated(BatchCreated) = "batch_created", v 1;
     BatchItemsAdded(BatchItemsAdded) = "batch_items_added", v 1;
@@ -477,6 +487,7 @@ impl Event {
             Event::OperationReopened(_) => Cause::Reopen,
             Event::OperationRevisionRequested(requested) if requested.requeue => Cause::Request,
             Event::OperationSuperseded(_) => Cause::Supersede,
+            Event::OperationReleased(_) => Cause::Release,
             _ => return None,
         })
     }
@@ -507,6 +518,7 @@ impl Event {
             Event::OperationInterrupted(event) => event.operation_id,
             Event::OperationRevisionRequested(event) => event.operation_id,
             Event::OperationSuperseded(event) => event.operation_id,
+            Event::OperationReleased(event) => event.operation_id,
             Event::TaskVersionChanged(event) => event.operation_id,
             Event::ReviewResolved(event) => event.operation_id,
             Event::BatchCreated(_)
@@ -563,7 +575,8 @@ impl Event {
             | Cause::ScheduleRetry
             | Cause::Interrupt
             | Cause::Request
-            | Cause::Supersede => return None,
+            | Cause::Supersede
+            | Cause::Release => return None,
         })
     }
 }

@@ -60,6 +60,10 @@ pub enum Cause {
     /// A worker finished a revision that is no longer the requested one:
     /// back to the queue for the requested revision, never to done.
     Supersede,
+    /// The claiming worker gave the claim back unused (it could not take
+    /// the work on, or never received the claim's answer): back to the
+    /// queue at once, counted neither as an attempt nor as a failure.
+    Release,
 }
 
 impl Cause {
@@ -84,6 +88,7 @@ impl Cause {
         Cause::Reopen,
         Cause::Request,
         Cause::Supersede,
+        Cause::Release,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -108,6 +113,7 @@ impl Cause {
             Cause::Reopen => "reopen",
             Cause::Request => "request",
             Cause::Supersede => "supersede",
+            Cause::Release => "release",
         }
     }
 
@@ -281,6 +287,11 @@ pub const TABLE: &[Rule] = &[
         from: &[Leased, Running],
         destination: Queued,
     },
+    Rule {
+        cause: Cause::Release,
+        from: &[Leased, Running],
+        destination: Queued,
+    },
 ];
 
 fn rule(cause: Cause) -> &'static Rule {
@@ -318,7 +329,7 @@ mod tests {
 
     #[test]
     fn every_from_cause_pair_is_decided_by_the_table() {
-        // Every (from, cause) pair of the vocabulary, all 16 × 20 of them:
+        // Every (from, cause) pair of the vocabulary, all 16 × 21 of them:
         // allowed pairs lead to the rule's destination, the rest are refused
         // with an error that names from, to and cause.
         let mut allowed = 0;
@@ -378,6 +389,7 @@ mod tests {
             Cause::Interrupt,
             Cause::Cancel,
             Cause::Supersede,
+            Cause::Release,
         ];
         for from in [Leased, Running] {
             for cause in Cause::ALL {

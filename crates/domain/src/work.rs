@@ -16,7 +16,7 @@
 use crate::error::DomainError;
 use crate::events::{
     Event, OperationClaimed, OperationFailed, OperationInterrupted, OperationProgressed, OperationReason,
-    OperationRetryScheduled, OperationRevisionRequested, OperationSucceeded, OperationSuperseded,
+    OperationReleased, OperationRetryScheduled, OperationRevisionRequested, OperationSucceeded, OperationSuperseded,
 };
 use crate::lease::LeaseMs;
 use crate::projections::ProcessingStateRow;
@@ -60,6 +60,9 @@ pub enum ClaimOutcome {
     Fail { error: String, terminal: bool },
     /// Stopped after a cancel request, its temporary outputs removed.
     AcknowledgeCancel,
+    /// Given back unused, for this reason: queued again at once, counted
+    /// neither as an attempt nor as a failure.
+    Release { reason: String },
 }
 
 /// Refuses a report whose claim no longer holds the task. The decisions
@@ -167,7 +170,32 @@ pub fn decide_report(
         ClaimOutcome::Complete(completion) => complete(row, claim_token, completion),
         ClaimOutcome::Fail { error, terminal } => fail(row, claim_token, &error, terminal, policy, now, jitter_draw),
         ClaimOutcome::AcknowledgeCancel => acknowledge_cancel(row).map(|event| vec![event]),
+        ClaimOutcome::Release { reason } => release(row, claim_token, &reason),
     }
+}
+
+/// The reason a release records when its worker gave none.
+pub const RELEASE_REASON: &str = "released by its worker";
+
+/// A worker gives its claim back unused: the task is queued again at once
+/// (for the requested revision, whichever one the claim ran). A cancel
+/// requested meanwhile is finished instead, as for any claim that ends
+/// without an outcome.
+fn release(row: &ProcessingStateRow, claim_token: &str, reason: &str) -> Result<Vec<Event>, DomainError> {
+    transitions::transition(row.status, Cause::Release)?;
+    let reason = if reason.trim().is_empty() {
+        RELEASE_REASON
+    } else {
+        reason
+    };
+    Ok(finish_cancel(
+        row,
+        vec![Event::OperationReleased(OperationReleased {
+            operation_id: row.operation_id,
+            claim_token: claim_token.to_string(),
+            reason: reason.to_string(),
+        })],
+    ))
 }
 
 /// A heartbeat of a held claim: when its lease ends after it, the claim's
@@ -376,8 +404,8 @@ pub fn decide_cancel(row: &ProcessingStateRow, reason: &str) -> Result<Vec<Event
     })])
 }
 
-/// A claim that ends without a final outcome (a retryable failure, or a
-/// superseded revision) while a cancel is pending finishes the cancel, as
+/// A claim that ends without a final outcome (a retryable failure, a
+/// superseded revision, a release) while a cancel is pending finishes the cancel, as
 /// recovery does for a dead worker: otherwise the task would wait in the
 /// queue with `cancel_requested` set, where no claim may take it.
 fn finish_cancel(row: &ProcessingStateRow, mut events: Vec<Event>) -> Vec<Event> {

@@ -40,7 +40,7 @@ pub use opledger_domain::lease::{LeaseMs, MAX_LEASE_MS};
 pub use opledger_domain::work::{ClaimOutcome, Completion, Fence};
 pub use queries::{BatchSummary, ProjectionLag, StatusReport};
 pub use replay::{ReplayStats, VerifyReport};
-pub use startup::{MaintenanceReport, StartupReport};
+pub use startup::{MaintenanceReport, ProjectionReadiness, Readiness, StartupReport};
 pub use tx::CommandContext;
 pub use work::{
     ClaimRequest, HeartbeatOutcome, OutcomeReport, Progress, RecoveryHook, RecoveryReport, RequestOutcome, TaskClaim,

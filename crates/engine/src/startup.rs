@@ -20,6 +20,50 @@ pub struct MaintenanceReport {
     pub batch_items_settled: usize,
 }
 
+/// One projection as stored, against what this build folds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProjectionReadiness {
+    pub name: &'static str,
+    /// The version its stored tables were built by; `None` when the
+    /// database has no tables of it yet.
+    pub stored_version: Option<u32>,
+    /// The version this build folds.
+    pub version: u32,
+    /// The last `seq` folded into it (0 when it has no tables yet).
+    pub position: i64,
+}
+
+/// Whether this build can read the stored projections as they are: read
+/// without writing anything (no catch-up, no rebuild), for commands that
+/// only read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Readiness {
+    /// The log's head when it was read.
+    pub head: i64,
+    pub projections: Vec<ProjectionReadiness>,
+}
+
+impl Readiness {
+    /// Projections stored at another version than this build folds (or not
+    /// stored at all): their tables are not what this build reads, and only
+    /// a writing command's startup rebuilds them.
+    pub fn outdated(&self) -> Vec<&ProjectionReadiness> {
+        self.projections
+            .iter()
+            .filter(|projection| projection.stored_version != Some(projection.version))
+            .collect()
+    }
+
+    /// How many events the furthest-behind projection has not folded yet.
+    pub fn lag(&self) -> i64 {
+        self.projections
+            .iter()
+            .map(|projection| (self.head - projection.position).max(0))
+            .max()
+            .unwrap_or(0)
+    }
+}
+
 /// What startup did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StartupReport {
@@ -93,6 +137,53 @@ impl<S: Store> Engine<S> {
         // kinds it never declared gets their declarations.
         report.kinds_declared = self.upgrade_kinds(&CommandContext::actor("system")).await?;
         Ok(report)
+    }
+
+    /// How the stored projections stand against this build, read without
+    /// writing: the engine of a reading command asks this instead of
+    /// running [`Engine::startup`].
+    pub async fn readiness(&self) -> Result<Readiness, EngineError> {
+        let head = self.store.head().await?;
+        let states = self.store.projection_states().await?;
+        let projections = all_projectors()
+            .iter()
+            .map(|projector| {
+                let spec = projector.spec();
+                let stored = states.iter().find(|state| state.name == spec.name);
+                ProjectionReadiness {
+                    name: spec.name,
+                    stored_version: stored.map(|state| state.version),
+                    version: spec.version,
+                    position: stored.map_or(0, |state| state.position),
+                }
+            })
+            .collect();
+        Ok(Readiness { head, projections })
+    }
+
+    /// Rebuilds every projection from the log, family by family, each
+    /// through shadow tables swapped in when they reach the head (as
+    /// startup rebuilds a projection whose version changed): the repair
+    /// for live rows that drifted from the log. Writers keep going between
+    /// chunks. Answers (projection, version, events folded) per projection.
+    pub async fn rebuild_projections(&self) -> Result<Vec<(String, u32, u64)>, EngineError> {
+        let mut rebuilt = Vec::new();
+        let mut done: Vec<&'static str> = Vec::new();
+        for projector in all_projectors() {
+            let spec = projector.spec();
+            if done.contains(&spec.name) {
+                continue;
+            }
+            let family = family_of(spec);
+            done.extend(family.iter().map(|member| member.name));
+            let folded = self.rebuild_through_shadow(&family).await?;
+            rebuilt.extend(
+                family
+                    .iter()
+                    .map(|member| (member.name.to_string(), member.version, folded)),
+            );
+        }
+        Ok(rebuilt)
     }
 
     /// The maintenance that follows startup and precedes work: results

@@ -3,7 +3,11 @@
 //! The kinds mirror SQLite's mapping (`crates/store-sqlite/src/error.rs`), so
 //! the engine cannot tell the backends apart by their failures.
 
+use opledger_domain::quote;
 use opledger_store::{ErrorKind, StoreError};
+
+/// disk_full: the server could not extend a file.
+const DISK_FULL: &str = "53100";
 
 /// The log's append-only trigger (migrations/postgres/0001_event_log.sql).
 pub(crate) const APPEND_ONLY: &str = "OL001";
@@ -32,9 +36,20 @@ pub fn map(error: sqlx::Error, context: &str) -> StoreError {
         }
         _ => (ErrorKind::Unavailable, None),
     };
+    StoreError::new(kind, message(code.as_deref(), context, &error))
+}
+
+/// The message of a mapped error: what failed (its context, which may be
+/// a statement, quoted short) and the server's words. A full disk is said
+/// first, in plain words: it is what the reader must act on.
+fn message(code: Option<&str>, context: &str, error: &dyn std::fmt::Display) -> String {
+    let context = quote(context);
     match code {
-        Some(code) => StoreError::new(kind, format!("{context}: {error} (SQLSTATE {code})")),
-        None => StoreError::new(kind, format!("{context}: {error}")),
+        Some(DISK_FULL) => {
+            format!("disk full: the PostgreSQL server could not write ({error}; SQLSTATE {DISK_FULL}) while {context}")
+        }
+        Some(code) => format!("{context}: {error} (SQLSTATE {code})"),
+        None => format!("{context}: {error}"),
     }
 }
 
@@ -106,6 +121,17 @@ mod tests {
         for (code, kind) in cases {
             assert_eq!(kind_of(code), kind, "{code}");
         }
+    }
+
+    /// A full disk is said first, and a long statement in the context is
+    /// quoted short.
+    #[test]
+    fn a_full_disk_is_said_first_and_the_statement_quoted_short() {
+        let statement = format!("CREATE UNLOGGED TABLE s.t ({})", "column_name text, ".repeat(100));
+        let text = message(Some(DISK_FULL), &statement, &"could not extend file");
+        assert!(text.starts_with("disk full: "), "{text}");
+        assert!(text.len() < 400, "{} bytes: {text}", text.len());
+        assert_eq!(kind_of(DISK_FULL), ErrorKind::Unavailable);
     }
 
     #[test]

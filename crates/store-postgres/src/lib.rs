@@ -72,13 +72,14 @@ mod config;
 pub mod databases;
 mod ddl;
 mod error;
+mod open;
 mod rows;
 mod scratch;
 pub mod tx;
 mod work;
 mod writer;
 
-pub use config::PostgresConfig;
+pub use config::{without_password, PostgresConfig, DEFAULT_CONNECT_TIMEOUT};
 pub use scratch::PostgresScratch;
 pub use tx::PostgresTx;
 
@@ -109,8 +110,9 @@ pub struct PostgresStore {
 
 struct Inner {
     config: PostgresConfig,
-    /// Work for the writer task (group commit, `writer.rs`).
-    writer: tokio::sync::mpsc::Sender<writer::QueuedPiece>,
+    /// Work for the writer task (group commit, `writer.rs`); `None` for a
+    /// store opened read-only.
+    writer: Option<tokio::sync::mpsc::Sender<writer::QueuedPiece>>,
     readers: PgPool,
     statistics: Statistics,
 }
@@ -141,7 +143,9 @@ const FIRST_STATISTICS_CHECK: i64 = 1_000;
 
 impl PostgresStore {
     /// Connects, migrates the database, and creates the tables of
-    /// projections it does not have yet.
+    /// projections it does not have yet. A database that holds another
+    /// application's tables is refused (Unavailable), untouched; a server
+    /// that does not answer within the connect timeout is Unavailable.
     pub async fn open(config: PostgresConfig) -> Result<Self, StoreError> {
         let options = connect_options(&config);
         migrate(&options, &config).await?;
@@ -151,7 +155,7 @@ impl PostgresStore {
         let (queue, pieces) = tokio::sync::mpsc::channel(1024);
         let inner = Arc::new(Inner {
             config,
-            writer: queue,
+            writer: Some(queue),
             readers,
             statistics: Statistics {
                 next_check: AtomicI64::new(0),
@@ -173,6 +177,38 @@ impl PostgresStore {
         Ok(store)
     }
 
+    /// Opens an existing ledger for reading only: nothing is migrated or
+    /// written (no writer task; every write is refused as Unavailable), so
+    /// a role granted only SELECT serves. An empty database is NotFound;
+    /// another application's database, or a ledger whose schema is older
+    /// than this build's, Unavailable. Replay's scratch copy is the
+    /// connection's temporary tables.
+    pub async fn open_read_only(config: PostgresConfig) -> Result<Self, StoreError> {
+        let options = connect_options(&config);
+        let mut connection = open::connect(&options, &config).await?;
+        let checked = open::check_for_reading(&mut connection, &config).await;
+        let _ = sqlx::Connection::close(connection).await;
+        checked?;
+        let readers = pool(&options, config.read_connections);
+        Ok(PostgresStore {
+            inner: Arc::new(Inner {
+                config,
+                writer: None,
+                readers,
+                // Never analyzed from here: ANALYZE is the owner's to run.
+                statistics: Statistics {
+                    next_check: AtomicI64::new(i64::MAX),
+                    checking: AtomicBool::new(false),
+                },
+            }),
+        })
+    }
+
+    /// Whether this store was opened read-only.
+    pub fn is_read_only(&self) -> bool {
+        self.inner.writer.is_none()
+    }
+
     pub fn config(&self) -> &PostgresConfig {
         &self.inner.config
     }
@@ -180,10 +216,7 @@ impl PostgresStore {
     /// A fresh connection outside the store's pools: for tests and
     /// benchmarks that need to bypass the store.
     pub async fn raw_connection(&self) -> Result<PgConnection, StoreError> {
-        connect_options(&self.inner.config)
-            .connect()
-            .await
-            .map_err(|error| error::map(error, &format!("connecting to {}", self.inner.config.describe())))
+        open::connect(&connect_options(&self.inner.config), &self.inner.config).await
     }
 }
 
@@ -232,6 +265,12 @@ fn pool(options: &PgConnectOptions, size: u32) -> PgPool {
 /// it works, so processes opening a new database at once take turns; a
 /// loser of the race to create the migrations table retries.
 async fn migrate(options: &PgConnectOptions, config: &PostgresConfig) -> Result<(), StoreError> {
+    // The first connection answers within the connect timeout (naming the
+    // server when it does not) and finds the database a ledger or empty.
+    let mut first = open::connect(options, config).await?;
+    let checked = open::check_before_writing(&mut first, config).await;
+    let _ = sqlx::Connection::close(first).await;
+    checked?;
     let pool = PgPoolOptions::new()
         .max_connections(1)
         .acquire_timeout(ACQUIRE_TIMEOUT)
@@ -304,6 +343,11 @@ impl Store for PostgresStore {
         let piece: writer::QueuedPiece = Box::new(WorkPiece::new(work, sender));
         let queue = self.inner.writer.clone();
         async move {
+            let Some(queue) = queue else {
+                return Err(E::from(StoreError::unavailable(
+                    "this PostgreSQL store was opened read-only: it writes nothing",
+                )));
+            };
             // Queued for the writer task: once started, the piece runs to its
             // group's commit or rollback even if the caller stops waiting.
             if queue.send(piece).await.is_err() {
@@ -442,7 +486,11 @@ impl Store for PostgresStore {
         // A connection of its own, outside the pools: a replay may hold it
         // for minutes.
         let connection = self.raw_connection().await?;
-        PostgresScratch::open(connection).await
+        if self.is_read_only() {
+            PostgresScratch::open_temporary(connection).await
+        } else {
+            PostgresScratch::open(connection).await
+        }
     }
 }
 

@@ -20,6 +20,10 @@ pub struct PostgresScratch {
     /// Some until `discard` (or Drop) takes it.
     connection: Option<PgConnection>,
     schema: String,
+    /// The tables are the connection's temporary tables (`pg_temp`), which
+    /// go with the connection: for a store opened read-only, whose role
+    /// may create no schema.
+    temporary: bool,
 }
 
 /// Boxed so the futures of the trait methods that call it stay `Send`
@@ -33,10 +37,35 @@ impl PostgresScratch {
         let mut scratch = PostgresScratch {
             connection: Some(connection),
             schema: format!("opledger_scratch_{}", uuid::Uuid::new_v4().simple()),
+            temporary: false,
         };
         let mut setup = vec![format!("CREATE SCHEMA {}", scratch.schema)];
         for spec in all_specs() {
             setup.push(ddl::render_scratch(spec, &scratch.schema));
+        }
+        setup.push("BEGIN".to_string());
+        let setup = setup.join(";\n");
+        run(scratch.conn(), &setup).await?;
+        Ok(scratch)
+    }
+
+    /// A scratch copy in the connection's temporary tables: what a role
+    /// allowed only to read (and, as every role by default, to make
+    /// temporary tables) can use. They are dropped with the connection.
+    pub(crate) async fn open_temporary(connection: PgConnection) -> Result<Self, StoreError> {
+        let mut scratch = PostgresScratch {
+            connection: Some(connection),
+            schema: "pg_temp".to_string(),
+            temporary: true,
+        };
+        // Unqualified names are the live tables: PostgreSQL searches the
+        // temporary schema first unless the path lists it, so it is listed
+        // last, or the live tables' names would find the scratch copies.
+        let mut setup =
+            vec!["SELECT set_config('search_path', current_setting('search_path') || ', pg_temp', false)".to_string()];
+        for spec in all_specs() {
+            // Temporary tables are never logged; PostgreSQL refuses the word.
+            setup.push(ddl::render_scratch(spec, &scratch.schema).replace("CREATE UNLOGGED TABLE ", "CREATE TABLE "));
         }
         setup.push("BEGIN".to_string());
         let setup = setup.join(";\n");
@@ -81,7 +110,12 @@ impl Drop for PostgresScratch {
         let Some(mut connection) = self.connection.take() else {
             return;
         };
-        let sql = format!("ROLLBACK; DROP SCHEMA IF EXISTS {} CASCADE", self.schema);
+        // Temporary tables go with their connection.
+        let sql = if self.temporary {
+            "ROLLBACK".to_string()
+        } else {
+            format!("ROLLBACK; DROP SCHEMA IF EXISTS {} CASCADE", self.schema)
+        };
         // Best effort, off the caller's path: without a runtime the schema
         // stays behind (its name says what it is; dropping it is safe).
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
@@ -206,8 +240,12 @@ impl ScratchTarget for PostgresScratch {
     async fn discard(mut self) -> Result<(), StoreError> {
         let mut connection = self.connection.take().expect("discard runs once");
         let _ = run(&mut connection, "ROLLBACK").await;
-        let sql = format!("DROP SCHEMA IF EXISTS {} CASCADE", self.schema);
-        let dropped = run(&mut connection, &sql).await;
+        let dropped = if self.temporary {
+            Ok(())
+        } else {
+            let sql = format!("DROP SCHEMA IF EXISTS {} CASCADE", self.schema);
+            run(&mut connection, &sql).await
+        };
         let _ = connection.close().await;
         dropped
     }

@@ -4,6 +4,7 @@
 //! writer thread) come through here, so one code means one kind whichever
 //! connection reported it.
 
+use opledger_domain::quote;
 use opledger_store::{ErrorKind, StoreError};
 
 /// Primary and extended result codes that matter here (sqlite3.h).
@@ -24,12 +25,29 @@ const SQLITE_CONSTRAINT_PRIMARYKEY: i32 = 1555;
 const SQLITE_CONSTRAINT_TRIGGER: i32 = 1811;
 const SQLITE_CONSTRAINT_UNIQUE: i32 = 2067;
 
+/// The message of a mapped error: what failed (its context, which may be
+/// a statement, quoted short) and SQLite's words. A full disk is said
+/// first, in plain words: it is what the reader must act on, and a
+/// statement's text before it would only bury it.
+fn message(code: Option<i32>, context: &str, error: &dyn std::fmt::Display) -> String {
+    let context = quote(context);
+    match code {
+        Some(code) if code & 0xff == SQLITE_FULL => {
+            format!("disk full: SQLite could not write ({error}; SQLite code {code}) while {context}")
+        }
+        Some(code) => format!("{context}: {error} (SQLite code {code})"),
+        None => format!("{context}: {error}"),
+    }
+}
+
 /// Maps a driver error to a neutral store error, keeping SQLite's message.
 pub fn map(error: sqlx::Error, context: &str) -> StoreError {
+    let mut code = None;
     let kind = match &error {
         sqlx::Error::Database(database) => {
-            let code = database.code().and_then(|code| code.parse::<i32>().ok()).unwrap_or(0);
-            kind_of(code)
+            let number = database.code().and_then(|code| code.parse::<i32>().ok()).unwrap_or(0);
+            code = Some(number);
+            kind_of(number)
         }
         sqlx::Error::RowNotFound => ErrorKind::NotFound,
         sqlx::Error::Io(_)
@@ -43,7 +61,12 @@ pub fn map(error: sqlx::Error, context: &str) -> StoreError {
         }
         _ => ErrorKind::Unavailable,
     };
-    StoreError::new(kind, format!("{context}: {error}"))
+    // sqlx's message of a database error already names the code.
+    let shown = match &error {
+        sqlx::Error::Database(database) => database.message().to_string(),
+        other => other.to_string(),
+    };
+    StoreError::new(kind, message(code, context, &shown))
 }
 
 /// Maps an error of the writer's own connection (rusqlite) to a neutral
@@ -63,10 +86,7 @@ pub fn map_rusqlite(error: rusqlite::Error, context: &str) -> StoreError {
         | Error::InvalidColumnName(_) => (ErrorKind::Corrupt, None),
         _ => (ErrorKind::Unavailable, None),
     };
-    match code {
-        Some(code) => StoreError::new(kind, format!("{context}: {error} (SQLite code {code})")),
-        None => StoreError::new(kind, format!("{context}: {error}")),
-    }
+    StoreError::new(kind, message(code, context, &error))
 }
 
 pub(crate) fn kind_of(code: i32) -> ErrorKind {
@@ -108,6 +128,19 @@ mod tests {
         assert_eq!(kind_of(SQLITE_NOTADB), ErrorKind::Corrupt);
         assert_eq!(kind_of(SQLITE_LOCKED), ErrorKind::Unavailable);
         assert_eq!(kind_of(522), ErrorKind::Unavailable); // SQLITE_IOERR_SHORT_READ
+    }
+
+    /// A full disk is said first, and a long statement in the context is
+    /// quoted short.
+    #[test]
+    fn a_full_disk_is_said_first_and_the_statement_quoted_short() {
+        let statement = format!("CREATE TABLE scratch.t ({})", "column_name TEXT, ".repeat(100));
+        let text = message(Some(SQLITE_FULL), &statement, &"database or disk is full");
+        assert!(text.starts_with("disk full: "), "{text}");
+        assert!(text.len() < 400, "{} bytes: {text}", text.len());
+        assert_eq!(kind_of(SQLITE_FULL), ErrorKind::Unavailable);
+        let other = message(Some(SQLITE_BUSY), "reading", &"database is locked");
+        assert_eq!(other, "reading: database is locked (SQLite code 5)");
     }
 
     /// The writer's driver reports the same codes and so the same kinds.

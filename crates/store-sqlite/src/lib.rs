@@ -21,6 +21,7 @@
 mod config;
 mod ddl;
 mod error;
+mod open;
 mod rows;
 mod scratch;
 mod sqlx_handle;
@@ -60,8 +61,11 @@ pub struct SqliteStore {
 
 struct Inner {
     config: SqliteConfig,
-    writer: mpsc::Sender<writer::QueuedPiece>,
+    /// The writer thread's queue; `None` for a store opened read-only.
+    writer: Option<mpsc::Sender<writer::QueuedPiece>>,
     readers: SqlitePool,
+    /// How a read-only store reaches its file; `None` when writable.
+    read_only: Option<open::ReadOnly>,
 }
 
 impl SqliteStore {
@@ -78,6 +82,11 @@ impl SqliteStore {
     {
         let writer = self.inner.writer.clone();
         async move {
+            let writer = writer.ok_or_else(|| {
+                E::from(StoreError::unavailable(
+                    "this SQLite store was opened read-only: it writes nothing",
+                ))
+            })?;
             writer
                 .send(piece)
                 .await
@@ -92,6 +101,8 @@ impl SqliteStore {
 
     /// Opens (creating when missing) the database, migrates it, creates the
     /// tables of projections it does not have yet, and starts the writer.
+    /// A file that holds another application's tables is refused
+    /// (Unavailable), untouched.
     pub async fn open(config: SqliteConfig) -> Result<Self, StoreError> {
         if let Some(parent) = config.path.parent() {
             if !parent.as_os_str().is_empty() && !parent.exists() {
@@ -103,6 +114,7 @@ impl SqliteStore {
             }
         }
         without_memory_statistics();
+        open::check_before_writing(&config).await?;
         migrate(&config).await?;
         // The writer thread opens its connection and creates missing
         // projection tables before it takes work; waiting for it here keeps
@@ -125,10 +137,36 @@ impl SqliteStore {
         Ok(SqliteStore {
             inner: Arc::new(Inner {
                 config,
-                writer: sender,
+                writer: Some(sender),
                 readers,
+                read_only: None,
             }),
         })
+    }
+
+    /// Opens an existing ledger for reading only: nothing is created,
+    /// migrated or written (no writer thread; every write is refused as
+    /// Unavailable), so a read-only file, folder or mount serves. A missing
+    /// file or an empty database is NotFound; another application's
+    /// database, or a ledger whose schema is older than this build's,
+    /// Unavailable. Replay's scratch copy goes to the system's temporary
+    /// folder, since the ledger's own folder may not be writable.
+    pub async fn open_read_only(config: SqliteConfig) -> Result<Self, StoreError> {
+        without_memory_statistics();
+        let (readers, mode) = open::open_read_only(&config, config.read_connections).await?;
+        Ok(SqliteStore {
+            inner: Arc::new(Inner {
+                config,
+                writer: None,
+                readers,
+                read_only: Some(mode),
+            }),
+        })
+    }
+
+    /// Whether this store was opened read-only.
+    pub fn is_read_only(&self) -> bool {
+        self.inner.read_only.is_some()
     }
 
     pub fn config(&self) -> &SqliteConfig {
@@ -455,8 +493,21 @@ impl Store for SqliteStore {
     }
 
     async fn open_scratch(&self) -> Result<SqliteScratch, StoreError> {
-        let connection = connect(&self.inner.config, true).await?;
-        SqliteScratch::open(connection, &self.inner.config.path).await
+        let config = &self.inner.config;
+        match self.inner.read_only {
+            None => {
+                let connection = connect(config, true).await?;
+                let folder = config.path.parent().unwrap_or(std::path::Path::new(""));
+                SqliteScratch::open(connection, &config.path, folder).await
+            }
+            Some(mode) => {
+                let connection = open::scratch_options(config, mode)?
+                    .connect()
+                    .await
+                    .map_err(|error| error::map(error, &format!("opening {}", config.path.display())))?;
+                SqliteScratch::open(connection, &config.path, &std::env::temp_dir()).await
+            }
+        }
     }
 }
 

@@ -100,7 +100,14 @@ fn run<'a>(connection: &'a mut SqliteConnection, sql: &'a str) -> BoxFuture<'a, 
 }
 
 impl SqliteScratch {
-    pub(crate) async fn open(mut connection: SqliteConnection, database: &Path) -> Result<Self, StoreError> {
+    /// A scratch copy in a file of its own in `folder` (beside the ledger,
+    /// or a temporary folder for a ledger opened read-only), named after
+    /// the ledger's file.
+    pub(crate) async fn open(
+        mut connection: SqliteConnection,
+        database: &Path,
+        folder: &Path,
+    ) -> Result<Self, StoreError> {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let mut name = database.file_name().unwrap_or_default().to_os_string();
         name.push(format!(
@@ -108,7 +115,7 @@ impl SqliteScratch {
             std::process::id(),
             NEXT.fetch_add(1, Ordering::Relaxed)
         ));
-        let file = database.with_file_name(name);
+        let file = folder.join(name);
         let _ = std::fs::remove_file(&file);
         sqlx::query("ATTACH DATABASE ? AS scratch")
             .bind(file.to_string_lossy().to_string())

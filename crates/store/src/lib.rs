@@ -20,6 +20,7 @@
 pub mod append;
 mod error;
 pub mod group_commit;
+pub mod ledger;
 pub mod log;
 pub mod positions;
 pub mod tables;

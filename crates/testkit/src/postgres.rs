@@ -53,7 +53,7 @@ fn under_ci() -> bool {
 /// None (skip) when nothing answers there, a panic under `CI=true`.
 async fn server() -> Option<(String, PostgresConfig)> {
     let url = server_url();
-    let server = PostgresConfig::from_url(&url).unwrap_or_else(|error| panic!("{error}"));
+    let server = PostgresConfig::server_from_url(&url).unwrap_or_else(|error| panic!("{error}"));
     if UNREACHABLE.get().is_none() {
         let attempt = tokio::time::timeout(Duration::from_secs(5), PgConnection::connect_with(&server.options)).await;
         let reason = match attempt {

@@ -210,6 +210,20 @@ pub fn complete_inputs(
         .filter(|(_, value)| !value.is_null())
         .map(|(key, value)| (key.clone(), value.clone()))
         .collect();
+    // A caller's digest stands for the content the work runs on: it must
+    // be a digest, or revisions would differ by the spelling of one.
+    if let Some(digest) = complete.get("content_digest") {
+        let text = digest.as_str().ok_or_else(|| {
+            DomainError::InvalidInput(format!(
+                "{} input \"content_digest\" must be a string, not {}",
+                kind.name,
+                json_type(digest)
+            ))
+        })?;
+        crate::digest::check(text).map_err(|refused| {
+            DomainError::InvalidInput(format!("{} input \"content_digest\": {refused}", kind.name))
+        })?;
+    }
     for (name, declared) in &kind.inputs {
         if !complete.contains_key(name) {
             let filled = if declared.from_target {
@@ -285,8 +299,12 @@ mod tests {
             Value::Object(complete),
             json!({"model": "blip", "max_words": 30, "language": "en", "content_digest": "abc"})
         );
-        let given = complete_inputs(&kind, &json!({"model": "blip", "content_digest": "mine"}), &target()).unwrap();
-        assert_eq!(given["content_digest"], "mine", "the caller's value wins");
+        let mine = format!("sha256:{}", "ab".repeat(32));
+        let given = complete_inputs(&kind, &json!({"model": "blip", "content_digest": mine}), &target()).unwrap();
+        assert_eq!(given["content_digest"], json!(mine), "the caller's value wins");
+        let refused =
+            complete_inputs(&kind, &json!({"model": "blip", "content_digest": "mine"}), &target()).unwrap_err();
+        assert!(refused.to_string().contains("64 lowercase hex digits"), "{refused}");
     }
 
     #[test]

@@ -338,6 +338,13 @@ fn change_operation(next: &mut OperationRow, event: &EventEnvelope) {
         Event::OperationRetryScheduled(retry) => {
             next.available_at = Some(retry.available_at);
         }
+        Event::OperationReleased(released) => {
+            // Given back unused: not an attempt.
+            next.clear_claim();
+            next.attempt_count = (next.attempt_count - 1).max(0);
+            next.available_at = Some(event.recorded_at);
+            next.status_reason = Some(released.reason.clone());
+        }
         Event::OperationInterrupted(interrupted) => {
             next.clear_claim();
             next.interruption_count += 1;

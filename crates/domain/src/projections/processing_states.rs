@@ -415,6 +415,17 @@ impl Projector for ProcessingStates {
                 ));
                 next.clear_claim();
             }
+            Event::OperationReleased(released) => {
+                check_token(&current, Some(&released.claim_token)).map_err(fail)?;
+                // The claim is given back unused: the attempt it counted (a
+                // claim of the requested revision) is given back with it.
+                if current.claimed_revision.as_deref() == Some(current.requested_revision.as_str()) {
+                    next.attempt_count = (next.attempt_count - 1).max(0);
+                }
+                next.available_at = event.recorded_at;
+                next.status_reason = Some(released.reason.clone());
+                next.clear_claim();
+            }
             Event::OperationFailed(failed) => {
                 // Only a worker's report is an application error; recovery's
                 // quarantine of an interrupted item is not the item's fault.

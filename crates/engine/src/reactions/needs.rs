@@ -29,7 +29,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 /// Whether an operation moved by `cause` may change where its capability
 /// stands for the tasks that need it: it succeeded, ended without a
-/// result, or was reopened. Claims, retries and interruptions keep it
+/// result, or was reopened. Claims, retries, interruptions and releases keep it
 /// in progress, and a need in progress is waited for either way.
 fn moves_a_need(cause: Cause) -> bool {
     match cause {
@@ -52,7 +52,8 @@ fn moves_a_need(cause: Cause) -> bool {
         | Cause::ScheduleRetry
         | Cause::Interrupt
         | Cause::Requeue
-        | Cause::Supersede => false,
+        | Cause::Supersede
+        | Cause::Release => false,
     }
 }
 

@@ -1,5 +1,5 @@
-//! How a claim ends: a worker's completion, failure or acknowledged cancel,
-//! one path for all of them. Every report becomes a [`Report`] (its fence,
+//! How a claim ends: a worker's completion, failure, acknowledged cancel
+//! or release, one path for all of them. Every report becomes a [`Report`] (its fence,
 //! its stamp, the outcome, the jitter a failure may use) and
 //! [`Engine::end_claims`] records a batch of them in one transaction; the
 //! single and batched commands only build reports. Whether the claim still
@@ -91,6 +91,25 @@ impl<S: Store> Engine<S> {
         spawnable(self.end_claim(context, fence, ClaimOutcome::AcknowledgeCancel))
     }
 
+    /// Gives a claim back unused (fenced like a completion): the task is
+    /// queued again at once, its attempt not counted and no failure
+    /// recorded; a cancel requested meanwhile is finished instead. A caller
+    /// that took a claim it cannot hand on (its answer could not be
+    /// delivered) gives it back this way instead of leaving it leased until
+    /// recovery. An empty `reason` records
+    /// [`opledger_domain::work::RELEASE_REASON`].
+    pub fn release_task<'a>(
+        &'a self,
+        context: &'a CommandContext,
+        fence: &'a Fence,
+        reason: &'a str,
+    ) -> BoxFuture<'a, Result<TaskOutcome, EngineError>> {
+        let outcome = ClaimOutcome::Release {
+            reason: reason.to_string(),
+        };
+        spawnable(self.end_claim(context, fence, outcome))
+    }
+
     /// Records many workers' outcomes — completions, failures and
     /// acknowledged cancels, each with its own actor and correlation — in
     /// one transaction. Each is fenced, decided and answered exactly as the
@@ -115,7 +134,7 @@ impl<S: Store> Engine<S> {
     fn report(&self, fence: Fence, stamp: Stamp, outcome: ClaimOutcome) -> Report {
         let jitter_draw = match outcome {
             ClaimOutcome::Fail { .. } => self.jitter.draw(),
-            ClaimOutcome::Complete(_) | ClaimOutcome::AcknowledgeCancel => 0,
+            ClaimOutcome::Complete(_) | ClaimOutcome::AcknowledgeCancel | ClaimOutcome::Release { .. } => 0,
         };
         Report {
             fence,
