@@ -12,15 +12,17 @@
 
 mod batch;
 mod cli;
+mod explain;
 mod ingest;
 mod kinds;
 mod output;
+mod review_bulk;
 mod task;
 
 use anyhow::Context;
 use clap::Parser;
 use cli::{Cli, Command, DocsCommand, MediaCommand, Workload};
-use opledger_domain::{DomainError, OperationId};
+use opledger_domain::DomainError;
 use opledger_engine::{CommandContext, Engine, EngineError};
 use opledger_store::{ErrorKind, Store};
 use opledger_store_postgres::{PostgresConfig, PostgresStore};
@@ -191,15 +193,9 @@ async fn dispatch<S: Store>(store: S, cli: &Cli) -> anyhow::Result<Outcome> {
             .context("maintenance")?;
     }
     match &cli.command {
-        Command::Status => {
-            let report = engine.status().await?;
-            output::status(&report, cli.json);
-        }
-        Command::Timeline { operation_id } => {
-            let operation_id: OperationId = operation_id.parse().map_err(UsageError)?;
-            let events = engine.timeline(operation_id).await?;
-            output::timeline(&events, cli.json);
-        }
+        Command::Status(args) => explain::status(&engine, args, cli.json).await?,
+        Command::Timeline(args) => explain::timeline(&engine, args, cli.json).await?,
+        Command::Describe(args) => explain::describe(&engine, args, cli.json).await?,
         Command::Replay(args) => {
             if !args.verify {
                 let stats = engine.replay().await?;

@@ -16,6 +16,7 @@ pub mod decide;
 pub mod envelope;
 pub mod error;
 pub mod events;
+pub mod explain;
 pub mod ids;
 pub mod kinds;
 pub mod lease;

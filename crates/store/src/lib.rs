@@ -27,7 +27,7 @@ mod traits;
 
 pub use error::{ErrorKind, StoreError};
 pub use traits::{
-    ClaimQuery, ExpectedVersion, ExpiredClaim, Lease, ProjectionState, RowDiff, RowTarget, ScratchTarget, Store,
+    AheadQuery, ClaimQuery, ClaimableAhead, ExpectedVersion, ExpiredClaim, Lease, ProjectionState, RowDiff, RowTarget, ScratchTarget, Store,
     StreamAppend, TableDiff, TableSet, WriteTx,
 };
 
