@@ -278,6 +278,16 @@ async fn describing_an_unknown_operation_is_not_found<B: Backend>(backend: &B) {
     );
 }
 
+type Follow = futures::stream::BoxStream<'static, Result<opledger_domain::EventEnvelope, EngineError>>;
+
+async fn next(follow: &mut Follow) -> opledger_domain::EventEnvelope {
+    tokio::time::timeout(Duration::from_secs(10), follow.next())
+        .await
+        .expect("a new event within 10 s")
+        .expect("the follow goes on")
+        .unwrap()
+}
+
 /// A follow reads the stream on from the version it was given: what was
 /// there before is not repeated, every new event comes once, in order.
 async fn a_follow_yields_each_new_event_once_in_order_from_where_it_stopped<B: Backend>(backend: &B) {
@@ -286,22 +296,12 @@ async fn a_follow_yields_each_new_event_once_in_order_from_where_it_stopped<B: B
     let operation = ledger.ask(beach, "thumbnail", 0).await;
     let seen = ledger.engine.timeline(operation).await.unwrap().len() as i64;
     let mut follow = ledger.engine.follow(operation, seen, Duration::from_millis(10));
-    let next = |follow: &mut futures::stream::BoxStream<'static, Result<_, EngineError>>| {
-        let future = follow.next();
-        async move {
-            tokio::time::timeout(Duration::from_secs(10), future)
-                .await
-                .expect("a new event within 10 s")
-                .expect("the follow goes on")
-                .unwrap()
-        }
-    };
     // Nothing new yet: the follow waits.
     assert!(tokio::time::timeout(Duration::from_millis(100), follow.next())
         .await
         .is_err());
     let claim = ledger.claim("thumbnail", "py-1").await;
-    let claimed: opledger_domain::EventEnvelope = next(&mut follow).await;
+    let claimed = next(&mut follow).await;
     assert_eq!((claimed.stream_version, claimed.event.event_type()), (seen + 1, "operation_claimed"));
     ledger
         .engine

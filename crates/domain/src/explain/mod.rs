@@ -97,7 +97,8 @@ pub enum Standing {
     BlockedOnNeed { need: BlockedOn },
     /// Blocked by a person or a caller.
     Blocked { reason: Option<String> },
-    /// A worker holds it (`started`: it reported that it began).
+    /// A worker holds it (`started`: the operation recorded its start, as
+    /// file ingestions do).
     Claimed {
         worker: Option<String>,
         started: bool,
@@ -337,11 +338,10 @@ impl Standing {
                 progress,
             } => {
                 let worker = worker.as_deref().map_or_else(|| "unknown".to_string(), words::short_actor);
-                let mut text = if *started {
-                    format!("running on worker {worker}")
-                } else {
-                    format!("claimed by worker {worker}, not started yet")
-                };
+                // A claim is the worker's start: the protocol records no
+                // separate one for tasks, so `leased` reads as running too.
+                let _ = started;
+                let mut text = format!("running on worker {worker}");
                 let lease = lease_words(*lease_ends, now);
                 if !lease.is_empty() {
                     text.push_str(", ");
@@ -418,7 +418,15 @@ impl Standing {
                 time(*at),
                 colon(reason)
             ),
-            Standing::Cancelled { at, reason } => format!("cancelled at {}{}", time(*at), colon(reason)),
+            Standing::Cancelled { at, reason } => {
+                // Cancel reasons often repeat the word ("cancelled: the worker stopped").
+                let reason = reason.as_deref().map(|text| {
+                    text.strip_prefix("cancelled:")
+                        .map_or(text, str::trim_start)
+                        .to_string()
+                });
+                format!("cancelled at {}{}", time(*at), colon(&reason))
+            }
             Standing::Interrupted { at, reason } => format!(
                 "interrupted at {}{}; recovery requeues or fails it next",
                 time(*at),

@@ -354,7 +354,7 @@ fn a_lease_that_ended_says_recovery_interrupts_it() {
     let situation = Situation::new("leased", claimed(OperationStatus::Leased));
     assert_eq!(
         situation.sentence(),
-        "claimed by worker py-1, not started yet, lease ended 10 s ago: recovery interrupts it"
+        "running on worker py-1, lease ended 10 s ago: recovery interrupts it"
     );
 }
 
