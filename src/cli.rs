@@ -532,20 +532,20 @@ pub struct ResolveArgs {
     #[arg(long, default_value = "")]
     pub reason: String,
     /// With --all: only entries of this operation kind.
-    #[arg(long, requires = "all")]
+    #[arg(long, conflicts_with = "entry_id")]
     pub kind: Option<String>,
     /// With --all: only entries with this reason code (failed_terminal,
     /// dead_lettered, blocked, missing_required, source_missing).
-    #[arg(long, requires = "all", value_parser = reason_code)]
+    #[arg(long, conflicts_with = "entry_id", value_parser = reason_code)]
     pub reason_code: Option<opledger_domain::review::ReasonCode>,
     /// With --all: only entries of operations in this batch.
-    #[arg(long, value_name = "ID", requires = "all")]
+    #[arg(long, value_name = "ID", conflicts_with = "entry_id")]
     pub batch: Option<BatchId>,
     /// With --all: print what would be resolved, and append nothing.
-    #[arg(long, requires = "all")]
+    #[arg(long, conflicts_with = "entry_id")]
     pub dry_run: bool,
     /// With --all: resolve at most this many entries.
-    #[arg(long, requires = "all", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, conflicts_with = "entry_id", value_parser = clap::value_parser!(u64).range(1..))]
     pub limit: Option<u64>,
 }
 

@@ -186,7 +186,7 @@ fn describe_json(description: &Description, sentence: &str) -> Value {
         "kind": operation.kind,
         "media_id": operation.media_id,
         "region_id": operation.region_id,
-        "path": operation.path,
+        "path": description.path,
         "status": operation.status,
         "stage": operation.stage,
         "priority": operation.priority,
@@ -228,7 +228,7 @@ fn header(description: &Description) -> Vec<String> {
     };
     lines.push(format!("{} {}{target}", operation.kind, operation.operation_id));
     let field = |name: &str, value: String| format!("  {:<12}{value}", format!("{name}:"));
-    if let Some(path) = &operation.path {
+    if let Some(path) = &description.path {
         lines.push(field("path", path.clone()));
     }
     let mut status = operation.status.to_string();

@@ -37,6 +37,9 @@ const FOLLOW_PAGE: usize = 1_000;
 #[derive(Debug, Clone)]
 pub struct Description {
     pub operation: OperationRow,
+    /// Where the operation's file is: its own path (a file ingestion), or
+    /// its media item's (none once the item is removed).
+    pub path: Option<String>,
     /// The task's processing state and claim liveness (none for a file
     /// ingestion, which is not a task).
     pub task: Option<TaskView>,
@@ -96,6 +99,15 @@ impl<S: Store> Engine<S> {
             Some(_) => self.capability_of(operation_id).await?,
             None => None,
         };
+        let path = match (&operation.path, operation.media_id) {
+            (Some(path), _) => Some(path.clone()),
+            (None, Some(media_id)) => match self.media(media_id).await {
+                Ok(media) => Some(media.path),
+                Err(EngineError::Domain(opledger_domain::DomainError::NotFound { .. })) => None,
+                Err(error) => return Err(error),
+            },
+            (None, None) => None,
+        };
         let queue = match &task {
             Some(task) if is_waiting_for_a_claim(task, now) => Some(self.queue_position(task, now).await?),
             _ => None,
@@ -114,6 +126,7 @@ impl<S: Store> Engine<S> {
         });
         Ok(Description {
             operation,
+            path,
             task,
             policy,
             capability,

@@ -14,13 +14,13 @@ use crate::tx::CommandContext;
 use crate::Engine;
 use futures::stream::{self, StreamExt};
 use opledger_domain::projections::{
-    batch_key, Cell, ReviewRow, Row, BATCHES_TABLE, BATCH_ITEMS_TABLE, REVIEW_TABLE,
+    batch_key, media_key, Cell, ReviewRow, Row, BATCHES_TABLE, BATCH_ITEMS_TABLE, MEDIA_TABLE, REVIEW_TABLE,
 };
 use opledger_domain::review::{EntryState, ReasonCode, ReviewAction};
-use opledger_domain::{BatchId, DomainError, OperationId};
+use opledger_domain::{BatchId, DomainError, MediaId, OperationId};
 use opledger_store::{ErrorKind, Store};
 use serde::Serialize;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Entries resolved at once: each is its own command, and commands that
 /// queue together share a commit (group commit), so a bulk run does not
@@ -53,7 +53,8 @@ pub struct SkippedEntry {
 pub struct BulkResolution {
     /// Open entries the filter matched.
     pub matched: usize,
-    /// The entries taken, oldest first (at most the limit).
+    /// The entries taken, oldest first (at most the limit); an entry of a
+    /// task carries its media item's path.
     pub entries: Vec<ReviewRow>,
     /// Entries resolved by this run (none in a dry run).
     pub resolved: usize,
@@ -138,6 +139,7 @@ impl<S: Store> Engine<S> {
         matching.sort_by_key(|entry| entry.entry_id);
         let matched = matching.len();
         matching.truncate(limit.unwrap_or(usize::MAX));
+        self.fill_media_paths(&mut matching).await?;
         let mut report = BulkResolution {
             matched,
             entries: matching,
@@ -175,6 +177,35 @@ impl<S: Store> Engine<S> {
             }
         }
         Ok(report)
+    }
+
+    /// Gives each entry without a path (a task's) its media item's path:
+    /// what a person reads to know which file an entry is about.
+    async fn fill_media_paths(&self, entries: &mut [ReviewRow]) -> Result<(), EngineError> {
+        let keys: BTreeSet<String> = entries
+            .iter()
+            .filter(|entry| entry.path.is_none())
+            .filter_map(|entry| entry.media_id)
+            .map(|media_id| media_key(media_id).key.to_string())
+            .collect();
+        if keys.is_empty() {
+            return Ok(());
+        }
+        let keys: Vec<String> = keys.into_iter().collect();
+        let paths: BTreeMap<MediaId, String> = self
+            .store
+            .load_rows(&MEDIA_TABLE, &keys)
+            .await?
+            .into_iter()
+            .filter_map(|row| match row {
+                Row::Media(media) => Some((media.media_id, media.path)),
+                _ => None,
+            })
+            .collect();
+        for entry in entries.iter_mut().filter(|entry| entry.path.is_none()) {
+            entry.path = entry.media_id.and_then(|media_id| paths.get(&media_id).cloned());
+        }
+        Ok(())
     }
 
     /// The operations a batch holds; NotFound for an unknown batch.
