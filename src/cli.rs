@@ -121,7 +121,7 @@ pub struct DescribeArgs {
 /// A polling interval in seconds: more than 0, at most an hour.
 fn interval_seconds(text: &str) -> Result<std::time::Duration, String> {
     match text.trim().parse::<f64>() {
-        Ok(seconds) if seconds >= 0.05 && seconds <= 3_600.0 => Ok(std::time::Duration::from_secs_f64(seconds)),
+        Ok(seconds) if (0.05..=3_600.0).contains(&seconds) => Ok(std::time::Duration::from_secs_f64(seconds)),
         _ => Err(format!(
             "an interval is a number of seconds from 0.05 to 3600, not {:?}",
             text.chars().take(40).collect::<String>()

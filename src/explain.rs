@@ -290,10 +290,7 @@ fn header(description: &Description) -> Vec<String> {
         lines.push(field("completed", completed));
     }
     if let Some(error) = &operation.last_error {
-        lines.push(field(
-            "last error",
-            opledger_domain::explain::words::quote(error, 200),
-        ));
+        lines.push(field("last error", opledger_domain::explain::words::quote(error, 200)));
     }
     lines
 }

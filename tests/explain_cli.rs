@@ -84,7 +84,16 @@ impl Ledger {
     }
 
     fn claim(&self, worker: &str) -> String {
-        let claim = self.ok(&["task", "claim", "--kind", "thumbnail", "--worker", worker, "--lease", "60"]);
+        let claim = self.ok(&[
+            "task",
+            "claim",
+            "--kind",
+            "thumbnail",
+            "--worker",
+            worker,
+            "--lease",
+            "60",
+        ]);
         claim["claim_token"].as_str().expect("a claim").to_string()
     }
 
@@ -159,7 +168,17 @@ fn failed_once(ledger: &Ledger) -> String {
     let media = ledger.add_media("/photos/beach.jpg");
     let operation = ledger.request_thumbnail(&media);
     let token = ledger.claim("py-1");
-    ledger.ok(&["task", "progress", &token, "--phase", "resizing", "--processed", "10", "--total", "40"]);
+    ledger.ok(&[
+        "task",
+        "progress",
+        &token,
+        "--phase",
+        "resizing",
+        "--processed",
+        "10",
+        "--total",
+        "40",
+    ]);
     ledger.ok(&["task", "fail", &token, "--error", "decoder crashed", "--worker", "py-1"]);
     operation
 }
@@ -170,7 +189,10 @@ fn describe_prints_the_header_the_why_and_the_history() {
     let operation = failed_once(&ledger);
     let text = ledger.text(&["describe", &operation]);
     let lines: Vec<&str> = text.lines().collect();
-    assert!(lines[0].starts_with(&format!("thumbnail {operation} on media ")), "{text}");
+    assert!(
+        lines[0].starts_with(&format!("thumbnail {operation} on media ")),
+        "{text}"
+    );
     for field in [
         "  path:       /photos/beach.jpg",
         "  status:     retry_waiting",
@@ -186,7 +208,11 @@ fn describe_prints_the_header_the_why_and_the_history() {
         "{why}"
     );
     assert!(text.contains("failed: decoder crashed"), "{text}");
-    assert!(text.lines().any(|line| line.ends_with("(UTC)") || line.ends_with("(+00:00)")), "{text}");
+    assert!(
+        text.lines()
+            .any(|line| line.ends_with("(UTC)") || line.ends_with("(+00:00)")),
+        "{text}"
+    );
 
     let described = ledger.ok(&["describe", &operation]);
     assert_eq!(described["status"], "retry_waiting");
@@ -194,10 +220,16 @@ fn describe_prints_the_header_the_why_and_the_history() {
     assert_eq!(described["attempts"]["failures"], 1);
     assert_eq!(described["attempts"]["max_attempts"], 5);
     assert_eq!(described["attempts"]["max_interruptions"], 3);
-    assert!(described["sentence"].as_str().unwrap().starts_with("waiting for a retry at "));
+    assert!(described["sentence"]
+        .as_str()
+        .unwrap()
+        .starts_with("waiting for a retry at "));
     let timeline = described["timeline"].as_array().unwrap();
     assert_eq!(timeline.len(), 5, "{described}");
-    assert!(timeline[1]["payload"]["claim_token"].is_string(), "the JSON timeline is whole");
+    assert!(
+        timeline[1]["payload"]["claim_token"].is_string(),
+        "the JSON timeline is whole"
+    );
     ledger.assert_replay_verifies();
 }
 
@@ -260,7 +292,16 @@ fn timeline_follow_prints_each_new_event_as_it_is_appended_and_sigint_ends_it_wi
         types.push(envelope["event_type"].as_str().unwrap().to_string());
     }
     assert_eq!(types, ["operation_created", "operation_claimed", "operation_succeeded"]);
-    ledger.ok(&["task", "request", "--media", &media, "--kind", "thumbnail", "--inputs", r#"{"max_side": 128, "format": "png"}"#]);
+    ledger.ok(&[
+        "task",
+        "request",
+        "--media",
+        &media,
+        "--kind",
+        "thumbnail",
+        "--inputs",
+        r#"{"max_side": 128, "format": "png"}"#,
+    ]);
     let line = follow.until("the new request", |_| true);
     let envelope: Value = serde_json::from_str(&line).unwrap();
     assert_eq!(envelope["event_type"], "operation_revision_requested");
@@ -299,8 +340,17 @@ fn four_failures(ledger: &Ledger) -> Vec<String> {
     }
     let media = ledger.add_media("/photos/other.jpg");
     ledger.ok(&["task", "request", "--media", &media, "--kind", "metadata"]);
-    let claim = ledger.ok(&["task", "claim", "--kind", "metadata", "--worker", "py-1", "--lease", "60"]);
-    ledger.ok(&["task", "fail", claim["claim_token"].as_str().unwrap(), "--error", "bad", "--terminal"]);
+    let claim = ledger.ok(&[
+        "task", "claim", "--kind", "metadata", "--worker", "py-1", "--lease", "60",
+    ]);
+    ledger.ok(&[
+        "task",
+        "fail",
+        claim["claim_token"].as_str().unwrap(),
+        "--error",
+        "bad",
+        "--terminal",
+    ]);
     operations
 }
 
@@ -310,24 +360,52 @@ fn review_resolve_all_dry_runs_then_resolves_the_matching_entries_one_action_eac
     let thumbnails = four_failures(&ledger);
     let head = ledger.head();
     let planned = ledger.ok(&[
-        "review", "resolve", "--all", "--kind", "thumbnail", "--action", "dismiss", "--dry-run",
+        "review",
+        "resolve",
+        "--all",
+        "--kind",
+        "thumbnail",
+        "--action",
+        "dismiss",
+        "--dry-run",
     ]);
     assert_eq!(planned["dry_run"], true);
-    assert_eq!((planned["matched"].as_i64(), planned["resolved"].as_i64()), (Some(3), Some(0)));
+    assert_eq!(
+        (planned["matched"].as_i64(), planned["resolved"].as_i64()),
+        (Some(3), Some(0))
+    );
     assert_eq!(planned["entries"].as_array().unwrap().len(), 3);
     assert!(planned["skipped"].as_array().unwrap().is_empty());
     assert_eq!(ledger.head(), head, "a dry run appends nothing");
     let text = ledger.text(&["review", "resolve", "--all", "--action", "retry", "--dry-run"]);
-    assert!(text.starts_with("dry run: would retry 4 of 4 matching open entries"), "{text}");
+    assert!(
+        text.starts_with("dry run: would retry 4 of 4 matching open entries"),
+        "{text}"
+    );
     assert!(text.contains("/photos/0.jpg"), "{text}");
 
     let done = ledger.ok(&[
-        "review", "resolve", "--all", "--kind", "thumbnail", "--reason-code", "failed_terminal", "--action",
-        "dismiss", "--reason", "known bad scans", "--limit", "2",
+        "review",
+        "resolve",
+        "--all",
+        "--kind",
+        "thumbnail",
+        "--reason-code",
+        "failed_terminal",
+        "--action",
+        "dismiss",
+        "--reason",
+        "known bad scans",
+        "--limit",
+        "2",
     ]);
     assert_eq!(done["dry_run"], false);
     assert_eq!(
-        (done["matched"].as_i64(), done["resolved"].as_i64(), done["remaining"].as_i64()),
+        (
+            done["matched"].as_i64(),
+            done["resolved"].as_i64(),
+            done["remaining"].as_i64()
+        ),
         (Some(3), Some(2), Some(1))
     );
     assert!(done["skipped"].as_array().unwrap().is_empty());
@@ -356,7 +434,15 @@ fn review_resolve_needs_an_entry_or_all_and_its_filters_need_all() {
         vec!["review", "resolve", "12", "--kind", "thumbnail", "--action", "dismiss"],
         vec!["review", "resolve", "12", "--dry-run", "--action", "dismiss"],
         vec!["review", "resolve", "--all", "--revision", "abc", "--action", "retry"],
-        vec!["review", "resolve", "--all", "--reason-code", "bogus", "--action", "dismiss"],
+        vec![
+            "review",
+            "resolve",
+            "--all",
+            "--reason-code",
+            "bogus",
+            "--action",
+            "dismiss",
+        ],
         vec!["review", "resolve", "--all", "--limit", "0", "--action", "dismiss"],
     ] {
         let output = ledger.run(&args);

@@ -215,7 +215,13 @@ impl<S: Store> Engine<S> {
     async fn declared_policy(&self, kind: &str) -> Result<Option<RetryPolicy>, EngineError> {
         let key = task_kind_key(kind).key.to_string();
         Ok(
-            match self.store.load_rows(&TASK_KINDS_TABLE, &[key]).await?.into_iter().next() {
+            match self
+                .store
+                .load_rows(&TASK_KINDS_TABLE, &[key])
+                .await?
+                .into_iter()
+                .next()
+            {
                 Some(Row::TaskKind(row)) => row.declaration.map(|declaration| declaration.retry),
                 _ => None,
             },
@@ -263,7 +269,10 @@ impl<S: Store> Engine<S> {
 
 /// Claimable now: queued or due for its retry.
 fn is_waiting_for_a_claim(task: &TaskView, now: Timestamp) -> bool {
-    matches!(task.state.status, OperationStatus::Queued | OperationStatus::RetryWaiting) && task.state.available_at <= now
+    matches!(
+        task.state.status,
+        OperationStatus::Queued | OperationStatus::RetryWaiting
+    ) && task.state.available_at <= now
 }
 
 /// The running task's last progress: the lease's counters when a claim is

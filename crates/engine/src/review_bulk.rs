@@ -105,7 +105,9 @@ impl<S: Store> Engine<S> {
         limit: Option<usize>,
     ) -> Result<BulkResolution, EngineError> {
         if limit == Some(0) {
-            return Err(EngineError::invalid("a bulk resolution takes at least 1 entry (--limit)"));
+            return Err(EngineError::invalid(
+                "a bulk resolution takes at least 1 entry (--limit)",
+            ));
         }
         let items = match filter.batch {
             Some(batch_id) => Some(self.batch_operations(batch_id).await?),
@@ -125,16 +127,8 @@ impl<S: Store> Engine<S> {
                 _ => None,
             })
             .filter(|entry| filter.kind.as_ref().is_none_or(|kind| &entry.kind == kind))
-            .filter(|entry| {
-                filter
-                    .reason_code
-                    .is_none_or(|code| entry.reason_code == code.as_str())
-            })
-            .filter(|entry| {
-                items
-                    .as_ref()
-                    .is_none_or(|items| items.contains(&entry.operation_id))
-            })
+            .filter(|entry| filter.reason_code.is_none_or(|code| entry.reason_code == code.as_str()))
+            .filter(|entry| items.as_ref().is_none_or(|items| items.contains(&entry.operation_id)))
             .collect();
         matching.sort_by_key(|entry| entry.entry_id);
         let matched = matching.len();

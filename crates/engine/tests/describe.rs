@@ -75,7 +75,13 @@ fn context(actor: &str) -> CommandContext {
 impl<S: Store> Ledger<S> {
     async fn item(&self, path: &str) -> MediaId {
         self.engine
-            .register_media(&context("cli"), path, "image", Some(format!("sha256:{:064x}", path.len())), Some(10))
+            .register_media(
+                &context("cli"),
+                path,
+                "image",
+                Some(format!("sha256:{:064x}", path.len())),
+                Some(10),
+            )
             .await
             .unwrap()
     }
@@ -174,7 +180,11 @@ async fn describe_explains_each_step_of_a_tasks_life<B: Backend>(backend: &B) {
     let claim = ledger.claim("thumbnail", "py-2").await;
     assert_eq!(claim.operation_id, urgent);
     engine
-        .complete_task(&context("py-2"), &claim.fence(), Completion::Output(json!({"path": "/t/dunes.png"})))
+        .complete_task(
+            &context("py-2"),
+            &claim.fence(),
+            Completion::Output(json!({"path": "/t/dunes.png"})),
+        )
         .await
         .unwrap();
     step("succeeded", ledger.why(urgent).await);
@@ -187,9 +197,15 @@ async fn describe_explains_each_step_of_a_tasks_life<B: Backend>(backend: &B) {
     // Cancelled while a worker holds it.
     let claim = ledger.claim("thumbnail", "py-1").await;
     assert_eq!(claim.operation_id, thumbnail);
-    engine.cancel_task(&context("alice"), thumbnail, "wrong crop").await.unwrap();
+    engine
+        .cancel_task(&context("alice"), thumbnail, "wrong crop")
+        .await
+        .unwrap();
     step("cancel requested", ledger.why(thumbnail).await);
-    engine.acknowledge_cancel(&context("py-1"), &claim.fence()).await.unwrap();
+    engine
+        .acknowledge_cancel(&context("py-1"), &claim.fence())
+        .await
+        .unwrap();
     step("cancelled", ledger.why(thumbnail).await);
 
     // Blocked by a need whose work failed for good.
@@ -302,7 +318,10 @@ async fn a_follow_yields_each_new_event_once_in_order_from_where_it_stopped<B: B
         .is_err());
     let claim = ledger.claim("thumbnail", "py-1").await;
     let claimed = next(&mut follow).await;
-    assert_eq!((claimed.stream_version, claimed.event.event_type()), (seen + 1, "operation_claimed"));
+    assert_eq!(
+        (claimed.stream_version, claimed.event.event_type()),
+        (seen + 1, "operation_claimed")
+    );
     ledger
         .engine
         .complete_task(&context("py-1"), &claim.fence(), Completion::Output(json!({})))

@@ -63,7 +63,13 @@ fn context(actor: &str) -> CommandContext {
 
 async fn item<S: Store>(engine: &Engine<S>, path: &str, media_kind: &str) -> MediaId {
     engine
-        .register_media(&context("cli"), path, media_kind, Some(format!("sha256:{:064x}", path.len())), Some(10))
+        .register_media(
+            &context("cli"),
+            path,
+            media_kind,
+            Some(format!("sha256:{:064x}", path.len())),
+            Some(10),
+        )
         .await
         .unwrap()
 }
@@ -173,9 +179,16 @@ async fn a_bulk_retry_resolves_each_matching_entry_as_its_own_recorded_action<B:
     for operation in &thumbnails {
         assert_eq!(
             resolutions(&engine, *operation).await,
-            [("alice".to_string(), "retry".to_string(), "decoder fixed in 2.1".to_string())]
+            [(
+                "alice".to_string(),
+                "retry".to_string(),
+                "decoder fixed in 2.1".to_string()
+            )]
         );
-        assert_eq!(engine.operation(*operation).await.unwrap().status, OperationStatus::Queued);
+        assert_eq!(
+            engine.operation(*operation).await.unwrap().status,
+            OperationStatus::Queued
+        );
     }
     // The other kind's entry is untouched.
     assert_eq!(
@@ -195,7 +208,14 @@ async fn a_dry_run_reports_the_matching_entries_and_appends_nothing<B: Backend>(
     fail_all(&engine, "thumbnail").await;
     let head = engine.store().head().await.unwrap();
     let report = engine
-        .resolve_reviews(&context("alice"), &ReviewFilter::default(), ReviewAction::Dismiss, "", true, Some(2))
+        .resolve_reviews(
+            &context("alice"),
+            &ReviewFilter::default(),
+            ReviewAction::Dismiss,
+            "",
+            true,
+            Some(2),
+        )
         .await
         .unwrap();
     assert!(report.dry_run);
@@ -231,9 +251,16 @@ async fn an_entry_superseded_meanwhile_is_skipped_with_its_reason_and_the_rest_r
         .resolve_reviews(&context("alice"), &filter, ReviewAction::Retry, "", false, None)
         .await
         .unwrap();
-    assert_eq!((report.matched, report.resolved, report.skipped.len()), (2, 1, 1), "{report:?}");
+    assert_eq!(
+        (report.matched, report.resolved, report.skipped.len()),
+        (2, 1, 1),
+        "{report:?}"
+    );
     assert!(report.skipped[0].reason.contains("superseded"), "{:?}", report.skipped);
-    assert_eq!(engine.operation(metadata).await.unwrap().status, OperationStatus::Queued);
+    assert_eq!(
+        engine.operation(metadata).await.unwrap().status,
+        OperationStatus::Queued
+    );
     // The resolved one carries the bulk default reason; the skipped one
     // records nothing.
     let mut recorded = Vec::new();
@@ -242,7 +269,11 @@ async fn an_entry_superseded_meanwhile_is_skipped_with_its_reason_and_the_rest_r
     }
     assert_eq!(
         recorded,
-        [("alice".to_string(), "retry".to_string(), "retry in bulk from the review queue".to_string())]
+        [(
+            "alice".to_string(),
+            "retry".to_string(),
+            "retry in bulk from the review queue".to_string()
+        )]
     );
     assert_replays(&engine).await;
 }
@@ -255,7 +286,11 @@ async fn a_retry_the_work_refuses_is_skipped_and_the_run_goes_on<B: Backend>(bac
     let clip = item(&engine, "/p/clip.mp4", "video").await;
     let photo = item(&engine, "/p/photo.jpg", "image").await;
     assert_eq!(
-        engine.operation(ask(&engine, clip, "metadata").await).await.unwrap().status,
+        engine
+            .operation(ask(&engine, clip, "metadata").await)
+            .await
+            .unwrap()
+            .status,
         OperationStatus::NotApplicable
     );
     let stuck = ask(&engine, clip, "caption").await;
@@ -264,15 +299,37 @@ async fn a_retry_the_work_refuses_is_skipped_and_the_run_goes_on<B: Backend>(bac
     let open = open_entries(&engine).await;
     assert_eq!(open.len(), 2, "{open:?}");
     let report = engine
-        .resolve_reviews(&context("alice"), &ReviewFilter::default(), ReviewAction::Retry, "", false, None)
+        .resolve_reviews(
+            &context("alice"),
+            &ReviewFilter::default(),
+            ReviewAction::Retry,
+            "",
+            false,
+            None,
+        )
         .await
         .unwrap();
-    assert_eq!((report.matched, report.resolved, report.skipped.len()), (2, 1, 1), "{report:?}");
-    assert!(report.skipped[0].reason.contains("cannot be retried"), "{:?}", report.skipped);
+    assert_eq!(
+        (report.matched, report.resolved, report.skipped.len()),
+        (2, 1, 1),
+        "{report:?}"
+    );
+    assert!(
+        report.skipped[0].reason.contains("cannot be retried"),
+        "{:?}",
+        report.skipped
+    );
     assert_eq!(resolutions(&engine, thumbnail).await.len(), 1);
     assert!(resolutions(&engine, stuck).await.is_empty());
     let report = engine
-        .resolve_reviews(&context("alice"), &by_kind("caption"), ReviewAction::Dismiss, "video", false, None)
+        .resolve_reviews(
+            &context("alice"),
+            &by_kind("caption"),
+            ReviewAction::Dismiss,
+            "video",
+            false,
+            None,
+        )
         .await
         .unwrap();
     assert_eq!((report.resolved, report.skipped.len()), (1, 0));
@@ -312,7 +369,14 @@ async fn a_batch_filter_takes_only_the_entries_of_the_batchs_operations<B: Backe
         ..ReviewFilter::default()
     };
     let report = engine
-        .resolve_reviews(&context("alice"), &filter, ReviewAction::Acknowledge, "known bad", false, None)
+        .resolve_reviews(
+            &context("alice"),
+            &filter,
+            ReviewAction::Acknowledge,
+            "known bad",
+            false,
+            None,
+        )
         .await
         .unwrap();
     assert_eq!((report.matched, report.resolved), (2, 2));
@@ -330,7 +394,10 @@ async fn a_batch_filter_takes_only_the_entries_of_the_batchs_operations<B: Backe
         .resolve_reviews(&context("alice"), &unknown, ReviewAction::Dismiss, "", false, None)
         .await
         .unwrap_err();
-    assert!(matches!(error, EngineError::Domain(DomainError::NotFound { .. })), "{error:?}");
+    assert!(
+        matches!(error, EngineError::Domain(DomainError::NotFound { .. })),
+        "{error:?}"
+    );
     assert_replays(&engine).await;
 }
 

@@ -369,9 +369,12 @@ pub async fn a_stream_read_after_a_version_returns_only_what_follows_it_in_order
     .await
     .unwrap();
     for n in 2..=5 {
-        append(&store, one(&stream, ExpectedVersion::Exactly(n - 1), vec![updated(media(1), n)]))
-            .await
-            .unwrap();
+        append(
+            &store,
+            one(&stream, ExpectedVersion::Exactly(n - 1), vec![updated(media(1), n)]),
+        )
+        .await
+        .unwrap();
     }
     let versions = |events: Vec<opledger_domain::EventEnvelope>| {
         events
@@ -379,10 +382,20 @@ pub async fn a_stream_read_after_a_version_returns_only_what_follows_it_in_order
             .map(|envelope| (envelope.stream_id.clone(), envelope.stream_version))
             .collect::<Vec<_>>()
     };
-    let expect = |range: std::ops::RangeInclusive<i64>| range.map(|version| (stream.clone(), version)).collect::<Vec<_>>();
-    assert_eq!(versions(store.read_stream_after(&stream, 0, 100).await.unwrap()), expect(1..=5));
-    assert_eq!(versions(store.read_stream_after(&stream, 3, 100).await.unwrap()), expect(4..=5));
-    assert_eq!(versions(store.read_stream_after(&stream, 1, 2).await.unwrap()), expect(2..=3));
+    let expect =
+        |range: std::ops::RangeInclusive<i64>| range.map(|version| (stream.clone(), version)).collect::<Vec<_>>();
+    assert_eq!(
+        versions(store.read_stream_after(&stream, 0, 100).await.unwrap()),
+        expect(1..=5)
+    );
+    assert_eq!(
+        versions(store.read_stream_after(&stream, 3, 100).await.unwrap()),
+        expect(4..=5)
+    );
+    assert_eq!(
+        versions(store.read_stream_after(&stream, 1, 2).await.unwrap()),
+        expect(2..=3)
+    );
     assert!(store.read_stream_after(&stream, 5, 100).await.unwrap().is_empty());
     assert!(store
         .read_stream_after(&StreamId::media(media(99)), 0, 100)

@@ -27,9 +27,8 @@ where
     let mut before = previous;
     for event in events {
         let local = event.recorded_at.to_datetime().with_timezone(zone);
-        let new_day = before.is_none_or(|before| {
-            before.to_datetime().with_timezone(zone).date_naive() != local.date_naive()
-        });
+        let new_day =
+            before.is_none_or(|before| before.to_datetime().with_timezone(zone).date_naive() != local.date_naive());
         if new_day {
             lines.push(format!("{} ({})", local.format("%Y-%m-%d"), local.offset()));
         }
@@ -92,7 +91,11 @@ where
         Event::OperationBlocked(blocked) => with_reason("blocked", &blocked.reason),
         Event::OperationUnblocked(reason) => with_reason("unblocked", &reason.reason),
         Event::OperationClaimed(claimed) => {
-            let mut text = format!("claimed by {}: lease until {}", short_actor(&claimed.worker), time(claimed.lease_expires_at));
+            let mut text = format!(
+                "claimed by {}: lease until {}",
+                short_actor(&claimed.worker),
+                time(claimed.lease_expires_at)
+            );
             if let Some(revision) = &claimed.revision {
                 text.push_str(&format!(", revision {}", short_id(revision)));
             }
@@ -152,7 +155,10 @@ where
                 .map(|revision| format!(" at revision {}", short_id(revision)))
                 .unwrap_or_default();
             with_reason(
-                &format!("review entry {} resolved: {}{revision}", resolved.entry_id, resolved.action),
+                &format!(
+                    "review entry {} resolved: {}{revision}",
+                    resolved.entry_id, resolved.action
+                ),
                 &resolved.reason,
             )
         }

@@ -77,7 +77,9 @@ pub struct Why {
 #[serde(tag = "standing", rename_all = "snake_case")]
 pub enum Standing {
     /// Created, not queued yet.
-    Pending { reason: Option<String> },
+    Pending {
+        reason: Option<String>,
+    },
     /// Waiting in the queue: from `available_at`, behind `queue`.
     Queued {
         kind: String,
@@ -94,9 +96,13 @@ pub enum Standing {
         queue: Option<QueuePosition>,
     },
     /// Waits for a capability its kind needs on the item.
-    BlockedOnNeed { need: BlockedOn },
+    BlockedOnNeed {
+        need: BlockedOn,
+    },
     /// Blocked by a person or a caller.
-    Blocked { reason: Option<String> },
+    Blocked {
+        reason: Option<String>,
+    },
     /// A worker holds it (`started`: the operation recorded its start, as
     /// file ingestions do).
     Claimed {
@@ -121,9 +127,17 @@ pub enum Standing {
         produced_version: Option<String>,
         current_version: Option<String>,
     },
-    NoResult { at: Timestamp, reason: Option<String> },
-    MissingConfirmed { at: Timestamp, reason: Option<String> },
-    NotApplicable { reason: Option<String> },
+    NoResult {
+        at: Timestamp,
+        reason: Option<String>,
+    },
+    MissingConfirmed {
+        at: Timestamp,
+        reason: Option<String>,
+    },
+    NotApplicable {
+        reason: Option<String>,
+    },
     /// Failed; its retry (or its end) is being decided.
     FailedRetryable {
         at: Timestamp,
@@ -131,11 +145,26 @@ pub enum Standing {
         max_attempts: Option<u32>,
         error: Option<String>,
     },
-    FailedTerminal { at: Timestamp, error: Option<String> },
-    DeadLettered { at: Timestamp, reason: Option<String> },
-    Cancelled { at: Timestamp, reason: Option<String> },
-    Interrupted { at: Timestamp, reason: Option<String> },
-    Skipped { at: Timestamp, reason: Option<String> },
+    FailedTerminal {
+        at: Timestamp,
+        error: Option<String>,
+    },
+    DeadLettered {
+        at: Timestamp,
+        reason: Option<String>,
+    },
+    Cancelled {
+        at: Timestamp,
+        reason: Option<String>,
+    },
+    Interrupted {
+        at: Timestamp,
+        reason: Option<String>,
+    },
+    Skipped {
+        at: Timestamp,
+        reason: Option<String>,
+    },
 }
 
 /// Why the operation stands where it stands, from the facts.
@@ -181,7 +210,10 @@ pub fn why(facts: &Facts<'_>) -> Why {
             lease_ends: facts.lease_ends.or(operation.lease_expires_at),
             progress: facts.progress.cloned(),
         },
-        O::Succeeded => match facts.capability.filter(|capability| capability.status == CapabilityStatus::Stale) {
+        O::Succeeded => match facts
+            .capability
+            .filter(|capability| capability.status == CapabilityStatus::Stale)
+        {
             Some(capability) => Standing::Stale {
                 at,
                 produced_version: capability.produced_version.clone(),
@@ -212,9 +244,7 @@ pub fn why(facts: &Facts<'_>) -> Why {
         O::Skipped => Standing::Skipped { at, reason },
     };
     Why {
-        stage: operation
-            .stage
-            .filter(|_| operation.kind == INGESTION_FILE),
+        stage: operation.stage.filter(|_| operation.kind == INGESTION_FILE),
         standing,
     }
 }

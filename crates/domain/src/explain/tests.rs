@@ -169,7 +169,9 @@ fn situations() -> Vec<Situation> {
     table.push(many);
     table.push(Situation::new(
         "queued, not yet due",
-        with(operation(O::Queued), |row| row.available_at = Some(at("2026-05-01T16:00:00Z"))),
+        with(operation(O::Queued), |row| {
+            row.available_at = Some(at("2026-05-01T16:00:00Z"))
+        }),
     ));
     let waiting = with(operation(O::RetryWaiting), |row| {
         row.available_at = Some(at("2026-05-01T15:04:12Z"));
@@ -206,7 +208,10 @@ fn situations() -> Vec<Situation> {
         "blocked by a need whose work ended",
         need(Some(CapabilityStatus::FailedTerminal)),
     ));
-    table.push(Situation::new("blocked by a need in progress", need(Some(CapabilityStatus::Queued))));
+    table.push(Situation::new(
+        "blocked by a need in progress",
+        need(Some(CapabilityStatus::Queued)),
+    ));
     table.push(Situation::new(
         "blocked by a person",
         with(operation(O::Blocked), |row| {
@@ -290,7 +295,10 @@ fn situations() -> Vec<Situation> {
         "interrupted",
         reason(O::Interrupted, "lease expired at 2026-05-01T14:59:00Z"),
     ));
-    table.push(Situation::new("skipped", reason(O::Skipped, "unchanged since the last run")));
+    table.push(Situation::new(
+        "skipped",
+        reason(O::Skipped, "unchanged since the last run"),
+    ));
     let mut ingestion = Situation::new(
         "a file ingestion at a stage",
         with(claimed(O::Running), |row| {
@@ -316,8 +324,10 @@ fn every_situation_reads_as_one_sentence() {
 
 #[test]
 fn every_operation_status_has_its_own_sentence() {
-    let covered: std::collections::BTreeSet<OperationStatus> =
-        situations().iter().map(|situation| situation.operation.status).collect();
+    let covered: std::collections::BTreeSet<OperationStatus> = situations()
+        .iter()
+        .map(|situation| situation.operation.status)
+        .collect();
     let missing: Vec<_> = OperationStatus::ALL
         .iter()
         .filter(|status| !covered.contains(status))
@@ -342,10 +352,7 @@ fn the_briefest_sentences_read_as_support_staff_say_them() {
         "queued behind 3 claimable thumbnail tasks of higher priority"
     );
     assert_eq!(sentences["queued, first"], "next in line");
-    assert_eq!(
-        sentences["running"],
-        "running on worker py-1, lease ends in 12 s"
-    );
+    assert_eq!(sentences["running"], "running on worker py-1, lease ends in 12 s");
     assert!(sentences["cancel requested"].starts_with("cancel requested, waiting for the worker to acknowledge"));
 }
 
@@ -475,7 +482,12 @@ fn timeline() -> Vec<EventEnvelope> {
                 revision: None,
             }),
         ),
-        envelope(9, "2026-05-01T09:30:00Z", "alice", Event::OperationCancelled(reason(""))),
+        envelope(
+            9,
+            "2026-05-01T09:30:00Z",
+            "alice",
+            Event::OperationCancelled(reason("")),
+        ),
     ]
 }
 

@@ -40,7 +40,7 @@ pub fn span(millis: i64) -> String {
     match seconds {
         0..=9 => {
             let tenths = (millis + 50) / 100;
-            if tenths % 10 == 0 {
+            if tenths.is_multiple_of(10) {
                 format!("{} s", tenths / 10)
             } else {
                 format!("{}.{} s", tenths / 10, tenths % 10)
@@ -159,10 +159,7 @@ mod tests {
     fn clock_times_carry_the_date_only_on_another_day_of_the_readers_zone() {
         let now = at("2026-05-01T23:30:00Z");
         assert_eq!(clock_time(at("2026-05-01T15:04:12Z"), now, &Utc), "15:04:12");
-        assert_eq!(
-            clock_time(at("2026-04-30T15:04:12Z"), now, &Utc),
-            "2026-04-30 15:04:12"
-        );
+        assert_eq!(clock_time(at("2026-04-30T15:04:12Z"), now, &Utc), "2026-04-30 15:04:12");
         // Two hours east, 23:30 UTC is already the next day.
         let east = FixedOffset::east_opt(2 * 3_600).unwrap();
         assert_eq!(
@@ -176,7 +173,10 @@ mod tests {
     fn actors_keep_their_words_and_cut_their_ids() {
         assert_eq!(short_actor("py-1"), "py-1");
         assert_eq!(short_actor("cli"), "cli");
-        assert_eq!(short_actor("ingest-0190ab12cd34ef5601234567890abcde"), "ingest-0190ab12");
+        assert_eq!(
+            short_actor("ingest-0190ab12cd34ef5601234567890abcde"),
+            "ingest-0190ab12"
+        );
         assert_eq!(
             short_actor("worker-01900000-0000-7000-8000-000000000001-2"),
             "worker-01900000-2"
@@ -189,7 +189,10 @@ mod tests {
     fn quotes_are_one_line_and_cut_with_an_ellipsis() {
         assert_eq!(quote("decoder\ncrashed   hard", 40), "decoder crashed hard");
         assert_eq!(quote("abcdefghij", 5), "abcd…");
-        assert_eq!(summarize(&serde_json::json!({"path": "/t/a.png"}), 80), r#"{"path":"/t/a.png"}"#);
+        assert_eq!(
+            summarize(&serde_json::json!({"path": "/t/a.png"}), 80),
+            r#"{"path":"/t/a.png"}"#
+        );
         assert_eq!(summarize(&serde_json::json!("plain"), 80), "plain");
     }
 
