@@ -195,10 +195,13 @@ pub async fn review<S: Store>(engine: &Engine<S>, command: &ReviewCommand, as_js
                 ReviewActionArg::Dismiss => ReviewAction::Dismiss,
                 ReviewActionArg::Acknowledge => ReviewAction::Acknowledge,
             };
+            let Some(entry_id) = args.entry_id else {
+                return crate::review_bulk::resolve_all(engine, args, action, as_json).await;
+            };
             let entry = engine
                 .resolve_review(
                     &CommandContext::actor("cli"),
-                    args.entry_id,
+                    entry_id,
                     action,
                     args.revision.clone(),
                     &args.reason,

@@ -34,7 +34,7 @@ impl Command {
     /// (see `main::dispatch`). One line per reading command.
     pub fn reads_only(&self) -> bool {
         match self {
-            Command::Status | Command::Timeline { .. } | Command::Capabilities { .. } => true,
+            Command::Status(_) | Command::Timeline(_) | Command::Describe(_) | Command::Capabilities { .. } => true,
             Command::Kinds {
                 command: KindsCommand::List | KindsCommand::Show { .. },
             } => true,
@@ -61,12 +61,13 @@ pub enum Command {
     /// Write a folder of generated sample images (and, optionally, corrupt files).
     SampleMedia(SampleMediaArgs),
     /// Operations by status, media counts, projection positions and lag.
-    Status,
-    /// An operation's events in order, with actor, time and cause.
-    Timeline {
-        /// The operation's id.
-        operation_id: OperationId,
-    },
+    Status(StatusArgs),
+    /// An operation's events in order, as a history: local time, the time
+    /// since the step before, who, what.
+    Timeline(TimelineArgs),
+    /// One operation explained: where it stands, why (one sentence), and
+    /// its history.
+    Describe(DescribeArgs),
     /// Rebuild every projection from the log into scratch tables (`--verify`
     /// compares them with the live ones), or repair the live ones (`--rebuild`).
     Replay(ReplayArgs),
@@ -114,6 +115,51 @@ pub enum Command {
         #[command(subcommand)]
         command: DocsCommand,
     },
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Print the summary again each time the ledger changes, until Ctrl-C
+    /// (with `--json`, one compact object a line).
+    #[arg(long)]
+    pub watch: bool,
+    /// How often `--watch` looks for a change, in seconds.
+    #[arg(long, value_name = "SECONDS", value_parser = interval_seconds, default_value = "1", requires = "watch")]
+    pub interval: std::time::Duration,
+}
+
+#[derive(Debug, Args)]
+pub struct TimelineArgs {
+    /// The operation's id.
+    pub operation_id: String,
+    /// Then print new events as they are appended, until Ctrl-C (with
+    /// `--json`, one compact envelope a line).
+    #[arg(long)]
+    pub follow: bool,
+    /// Every field of every event: seq, UTC time, actor, causation,
+    /// correlation and the whole payload.
+    #[arg(long)]
+    pub verbose: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct DescribeArgs {
+    /// The operation's id.
+    pub operation_id: String,
+    /// Show the timeline with every field of every event.
+    #[arg(long)]
+    pub verbose: bool,
+}
+
+/// A polling interval in seconds: more than 0, at most an hour.
+fn interval_seconds(text: &str) -> Result<std::time::Duration, String> {
+    match text.trim().parse::<f64>() {
+        Ok(seconds) if (0.05..=3_600.0).contains(&seconds) => Ok(std::time::Duration::from_secs_f64(seconds)),
+        _ => Err(format!(
+            "an interval is a number of seconds from 0.05 to 3600, not {:?}",
+            text.chars().take(40).collect::<String>()
+        )),
+    }
 }
 
 /// Task kinds are declared by the application, in a TOML file of
@@ -542,18 +588,44 @@ pub enum ReviewActionArg {
     Acknowledge,
 }
 
+/// One entry by its id, or with `--all` every open entry the filters
+/// match, each resolved as its own recorded action.
 #[derive(Debug, Args)]
+#[command(group(ArgGroup::new("entries").required(true).args(["entry_id", "all"])))]
 pub struct ResolveArgs {
     /// The entry id (from `review list`).
-    pub entry_id: i64,
+    pub entry_id: Option<i64>,
+    /// Every open entry the filters match, oldest first.
+    #[arg(long)]
+    pub all: bool,
     #[arg(long, value_enum)]
     pub action: ReviewActionArg,
     /// Retry at this revision (the requested one, or one requested before).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "all")]
     pub revision: Option<String>,
     /// Why: recorded with the action.
     #[arg(long, default_value = "")]
     pub reason: String,
+    /// With --all: only entries of this operation kind.
+    #[arg(long, conflicts_with = "entry_id")]
+    pub kind: Option<String>,
+    /// With --all: only entries with this reason code (failed_terminal,
+    /// dead_lettered, blocked, missing_required, source_missing).
+    #[arg(long, conflicts_with = "entry_id", value_parser = reason_code)]
+    pub reason_code: Option<opledger_domain::review::ReasonCode>,
+    /// With --all: only entries of operations in this batch.
+    #[arg(long, value_name = "ID", conflicts_with = "entry_id")]
+    pub batch: Option<BatchId>,
+    /// With --all: print what would be resolved, and append nothing.
+    #[arg(long, conflicts_with = "entry_id")]
+    pub dry_run: bool,
+    /// With --all: resolve at most this many entries.
+    #[arg(long, conflicts_with = "entry_id", value_parser = clap::value_parser!(u64).range(1..))]
+    pub limit: Option<u64>,
+}
+
+fn reason_code(text: &str) -> Result<opledger_domain::review::ReasonCode, String> {
+    text.parse()
 }
 
 #[derive(Debug, Args)]

@@ -35,10 +35,12 @@ macro_rules! println {
 
 mod batch;
 mod cli;
+mod explain;
 mod ingest;
 mod kinds;
 mod limits;
 mod output;
+mod review_bulk;
 mod task;
 
 use anyhow::Context;
@@ -347,14 +349,9 @@ async fn dispatch<S: Store>(store: S, cli: &Cli) -> anyhow::Result<Outcome> {
     };
     let context = CommandContext::actor("cli");
     match &cli.command {
-        Command::Status => {
-            let report = engine.status().await?;
-            output::status(&report, cli.json);
-        }
-        Command::Timeline { operation_id } => {
-            let events = engine.timeline(*operation_id).await?;
-            output::timeline(&events, cli.json);
-        }
+        Command::Status(args) => explain::status(&engine, args, cli.json).await?,
+        Command::Timeline(args) => explain::timeline(&engine, args, cli.json).await?,
+        Command::Describe(args) => explain::describe(&engine, args, cli.json).await?,
         Command::Replay(args) => {
             if args.rebuild {
                 let rebuilt = engine.rebuild_projections().await?;

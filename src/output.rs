@@ -63,14 +63,14 @@ pub(crate) fn print_json(value: &Value) {
     );
 }
 
-pub fn status(report: &StatusReport, as_json: bool) {
-    if as_json {
-        let by_status: serde_json::Map<String, Value> = report
-            .operations_by_status
-            .iter()
-            .map(|(status, count)| (status.clone(), json!(count)))
-            .collect();
-        print_json(&json!({
+/// The status summary as `status --json` prints it.
+pub fn status_value(report: &StatusReport) -> Value {
+    let by_status: serde_json::Map<String, Value> = report
+        .operations_by_status
+        .iter()
+        .map(|(status, count)| (status.clone(), json!(count)))
+        .collect();
+    json!({
             "backend": report.backend,
             "head": report.head,
             "media": report.media,
@@ -90,7 +90,12 @@ pub fn status(report: &StatusReport, as_json: bool) {
             "active_batches": report.active_batches,
             "review_queue": report.review_queue,
             "projections": report.projections,
-        }));
+    })
+}
+
+pub fn status(report: &StatusReport, as_json: bool) {
+    if as_json {
+        print_json(&status_value(report));
         return;
     }
     println!("opledger ({}), log head at seq {}", report.backend, report.head);
@@ -135,7 +140,7 @@ pub fn status(report: &StatusReport, as_json: bool) {
     }
 }
 
-fn envelope_json(event: &EventEnvelope) -> Value {
+pub fn envelope_json(event: &EventEnvelope) -> Value {
     let payload: Value = serde_json::from_str(&event.event.payload_json()).expect("payloads are JSON");
     json!({
         "seq": event.seq,
@@ -151,11 +156,9 @@ fn envelope_json(event: &EventEnvelope) -> Value {
     })
 }
 
-pub fn timeline(events: &[EventEnvelope], as_json: bool) {
-    if as_json {
-        print_json(&Value::Array(events.iter().map(envelope_json).collect()));
-        return;
-    }
+/// Every field of every event: seq, UTC time, type, actor, causation,
+/// correlation, and the payload whole (`--verbose`).
+pub fn timeline_verbose(events: &[EventEnvelope]) {
     for event in events {
         let mut payload: Value = serde_json::from_str(&event.event.payload_json()).expect("payloads are JSON");
         if let Value::Object(fields) = &mut payload {

@@ -17,6 +17,7 @@ pub mod digest;
 pub mod envelope;
 pub mod error;
 pub mod events;
+pub mod explain;
 pub mod ids;
 pub mod kinds;
 pub mod lease;

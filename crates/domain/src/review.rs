@@ -33,6 +33,14 @@ pub enum ReasonCode {
 }
 
 impl ReasonCode {
+    pub const ALL: &'static [ReasonCode] = &[
+        ReasonCode::FailedTerminal,
+        ReasonCode::DeadLettered,
+        ReasonCode::Blocked,
+        ReasonCode::MissingRequired,
+        ReasonCode::SourceMissing,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             ReasonCode::FailedTerminal => "failed_terminal",
@@ -47,6 +55,24 @@ impl ReasonCode {
 impl fmt::Display for ReasonCode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for ReasonCode {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, String> {
+        ReasonCode::ALL
+            .iter()
+            .copied()
+            .find(|code| code.as_str() == text)
+            .ok_or_else(|| {
+                let known: Vec<&str> = ReasonCode::ALL.iter().map(|code| code.as_str()).collect();
+                format!(
+                    "{:?} is not a review reason code ({})",
+                    text.chars().take(64).collect::<String>(),
+                    known.join(", ")
+                )
+            })
     }
 }
 
@@ -253,6 +279,15 @@ mod tests {
         assert_eq!(route("caption", blocked, true, Some(&stuck)), Some(ReasonCode::Blocked));
         assert_eq!(route("caption", blocked, false, Some(&stuck)), None);
         assert_eq!(route("caption", blocked, false, None), Some(ReasonCode::Blocked));
+    }
+
+    #[test]
+    fn reason_codes_round_trip_and_unknown_ones_are_refused_naming_the_known() {
+        for code in ReasonCode::ALL {
+            assert_eq!(code.as_str().parse::<ReasonCode>().unwrap(), *code);
+        }
+        let refused = "broken".parse::<ReasonCode>().unwrap_err();
+        assert!(refused.contains("source_missing"), "{refused}");
     }
 
     #[test]

@@ -350,3 +350,59 @@ pub async fn expected_version_is_checked_per_stream<H: Harness>(harness: &H) {
         .collect();
     assert_eq!(versions, vec![1, 2, 3]);
 }
+
+pub async fn a_stream_read_after_a_version_returns_only_what_follows_it_in_order<H: Harness>(harness: &H) {
+    let store = harness.open().await;
+    let stream = StreamId::media(media(1));
+    let other = StreamId::media(media(2));
+    append(
+        &store,
+        one(&stream, ExpectedVersion::NoStream, vec![registered(media(1), 1)]),
+    )
+    .await
+    .unwrap();
+    // Another stream's events between this one's: never part of its read.
+    append(
+        &store,
+        one(&other, ExpectedVersion::NoStream, vec![registered(media(2), 2)]),
+    )
+    .await
+    .unwrap();
+    for n in 2..=5 {
+        append(
+            &store,
+            one(&stream, ExpectedVersion::Exactly(n - 1), vec![updated(media(1), n)]),
+        )
+        .await
+        .unwrap();
+    }
+    let versions = |events: Vec<opledger_domain::EventEnvelope>| {
+        events
+            .iter()
+            .map(|envelope| (envelope.stream_id.clone(), envelope.stream_version))
+            .collect::<Vec<_>>()
+    };
+    let expect =
+        |range: std::ops::RangeInclusive<i64>| range.map(|version| (stream.clone(), version)).collect::<Vec<_>>();
+    assert_eq!(
+        versions(store.read_stream_after(&stream, 0, 100).await.unwrap()),
+        expect(1..=5)
+    );
+    assert_eq!(
+        versions(store.read_stream_after(&stream, 3, 100).await.unwrap()),
+        expect(4..=5)
+    );
+    assert_eq!(
+        versions(store.read_stream_after(&stream, 1, 2).await.unwrap()),
+        expect(2..=3)
+    );
+    assert!(store.read_stream_after(&stream, 5, 100).await.unwrap().is_empty());
+    assert!(store
+        .read_stream_after(&StreamId::media(media(99)), 0, 100)
+        .await
+        .unwrap()
+        .is_empty());
+    // The read after a version is the whole read's tail, envelope for envelope.
+    let whole = store.read_stream(&stream).await.unwrap();
+    assert_eq!(store.read_stream_after(&stream, 2, 100).await.unwrap(), whole[2..]);
+}

@@ -9,7 +9,7 @@ use opledger_domain::ids::{MediaId, OperationId, RegionId};
 use opledger_domain::projections::Row;
 use opledger_domain::status::OperationStatus;
 use opledger_domain::tasks::{TargetType, CLAIMABLE_STATUSES};
-use opledger_store::{ClaimQuery, Lease, Store, StoreError, WriteTx};
+use opledger_store::{AheadQuery, ClaimQuery, Lease, Store, StoreError, WriteTx};
 use uuid::Uuid;
 
 pub async fn claimable_rows_come_by_priority_then_waiting_time_within_kinds_and_time<H: Harness>(harness: &H) {
@@ -169,4 +169,94 @@ pub async fn leases_round_trip_and_expired_claims_honour_extended_leases<H: Harn
         .await
         .unwrap();
     assert_eq!(store.lease("token-a").await.unwrap(), None);
+}
+
+pub async fn claimable_tasks_ahead_are_those_a_claim_of_the_kind_takes_first<H: Harness>(harness: &H) {
+    let store = harness.open().await;
+    declare_kinds(&store).await;
+    use OperationStatus::{Queued, RetryWaiting, Succeeded};
+    // One item per task: a kind has one state per item.
+    let specs: [(u128, &str, OperationStatus, i64, i64); 7] = [
+        (1, "metadata", Queued, 0, 30),
+        (2, "metadata", Queued, 5, 50),
+        (3, "metadata", RetryWaiting, 0, 10),
+        // Due later than `now`: not claimable yet, so not ahead.
+        (4, "metadata", Queued, 9, 500),
+        // Not claimable whatever its priority.
+        (5, "metadata", Succeeded, 9, 0),
+        // Another kind: its own queue.
+        (6, "thumbnail", Queued, 9, 0),
+        // The same priority and time as 1: the operation id decides.
+        (7, "metadata", Queued, 0, 30),
+    ];
+    let mut rows = Vec::new();
+    for (operation, kind, status, priority, available_at) in specs {
+        let item = media(operation);
+        rows.push(upsert(Row::Media(media_row(item))));
+        rows.push(upsert(Row::ProcessingState(state(
+            operation,
+            TargetType::Media,
+            item.0,
+            kind,
+            status,
+            priority,
+            available_at,
+        ))));
+    }
+    let region = RegionId(Uuid::from_u128(77));
+    rows.push(upsert(Row::Region(region_row(region, media(1)))));
+    rows.push(upsert(Row::ProcessingState(state(
+        8,
+        TargetType::Region,
+        region.0,
+        "crop_embedding",
+        Queued,
+        9,
+        0,
+    ))));
+    write_rows(&store, rows).await.unwrap();
+    let ahead = |target: TargetType, operation: u128, kind: &str, priority: i64, available_at: i64, limit: usize| {
+        let query = AheadQuery {
+            target,
+            kind: kind.into(),
+            priority,
+            available_at: at(available_at),
+            operation_id: OperationId(Uuid::from_u128(operation)),
+            statuses: CLAIMABLE_STATUSES,
+            now: at(100),
+            limit,
+        };
+        let store = store.clone();
+        async move {
+            let counted = store.claimable_ahead(&query).await.unwrap();
+            (counted.ahead, counted.higher_priority)
+        }
+    };
+    // 7 waits behind 2 (higher priority), 3 (waiting longer) and 1 (same
+    // time, smaller id).
+    assert_eq!(ahead(TargetType::Media, 7, "metadata", 0, 30, 100).await, (3, 1));
+    assert_eq!(ahead(TargetType::Media, 1, "metadata", 0, 30, 100).await, (2, 1));
+    assert_eq!(ahead(TargetType::Media, 2, "metadata", 5, 50, 100).await, (0, 0));
+    assert_eq!(ahead(TargetType::Media, 6, "thumbnail", 9, 0, 100).await, (0, 0));
+    // The count stops at its bound.
+    assert_eq!(ahead(TargetType::Media, 7, "metadata", 0, 30, 2).await.0, 2);
+    assert_eq!(ahead(TargetType::Media, 7, "metadata", 0, 30, 0).await, (0, 0));
+    // Region kinds are counted in the region table.
+    assert_eq!(ahead(TargetType::Region, 9, "crop_embedding", 0, 0, 100).await, (1, 1));
+    // What a claim of the kind takes first is exactly what was counted.
+    let claimed = store
+        .write(move |tx: &mut <H::Store as Store>::Tx| {
+            Box::pin(async move {
+                tx.claimable(&ClaimQuery {
+                    kinds: vec!["metadata".into()],
+                    statuses: CLAIMABLE_STATUSES,
+                    now: at(100),
+                    limit: 4,
+                })
+                .await
+            })
+        })
+        .await
+        .unwrap();
+    assert_eq!(operation_ids(&claimed), vec![2, 3, 1, 7]);
 }

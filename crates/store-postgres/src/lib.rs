@@ -87,7 +87,9 @@ use futures::stream::BoxStream;
 use opledger_domain::projections::{all_specs, Cell, ColumnType, Row, TableSpec};
 use opledger_domain::{EventEnvelope, StreamId, Timestamp};
 use opledger_store::group_commit::WorkPiece;
-use opledger_store::{log, positions, BoxFuture, ExpiredClaim, Lease, ProjectionState, Store, StoreError};
+use opledger_store::{
+    log, positions, AheadQuery, BoxFuture, ClaimableAhead, ExpiredClaim, Lease, ProjectionState, Store, StoreError,
+};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, PgConnection, PgPool, Row as _};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -362,16 +364,16 @@ impl Store for PostgresStore {
     }
 
     async fn read_stream(&self, stream_id: &StreamId) -> Result<Vec<EventEnvelope>, StoreError> {
-        let sql = format!(
-            "SELECT {} FROM media_operation_events WHERE stream_id = $1 ORDER BY stream_version",
-            rows::EVENT_COLUMNS
-        );
-        let fetched = sqlx::query(&sql)
-            .bind(stream_id.as_str())
-            .fetch_all(&self.inner.readers)
-            .await
-            .map_err(|error| error::map(error, "reading a stream"))?;
-        fetched.iter().map(rows::decode_event).collect()
+        rows::read_stream(&self.inner.readers, stream_id, 0, usize::MAX).await
+    }
+
+    async fn read_stream_after(
+        &self,
+        stream_id: &StreamId,
+        after: i64,
+        limit: usize,
+    ) -> Result<Vec<EventEnvelope>, StoreError> {
+        rows::read_stream(&self.inner.readers, stream_id, after, limit).await
     }
 
     fn read_all(&self, after: i64, page_size: usize) -> BoxStream<'static, Result<EventEnvelope, StoreError>> {
@@ -480,6 +482,10 @@ impl Store for PostgresStore {
 
     async fn expired_claims(&self, now: Timestamp, limit: usize) -> Result<Vec<ExpiredClaim>, StoreError> {
         work::expired_claims(&self.inner.readers, now, limit).await
+    }
+
+    async fn claimable_ahead(&self, query: &AheadQuery) -> Result<ClaimableAhead, StoreError> {
+        work::claimable_ahead(&self.inner.readers, query).await
     }
 
     async fn open_scratch(&self) -> Result<PostgresScratch, StoreError> {

@@ -554,6 +554,32 @@ pub fn decode_event(row: &PgRow) -> Result<EventEnvelope, StoreError> {
     })
 }
 
+/// Up to `limit` events of one stream after stream version `after`, in
+/// stream order: a range of the log's unique `(stream_id, stream_version)`
+/// index.
+pub async fn read_stream<'c, E>(
+    executor: E,
+    stream_id: &opledger_domain::StreamId,
+    after: i64,
+    limit: usize,
+) -> Result<Vec<EventEnvelope>, StoreError>
+where
+    E: sqlx::Executor<'c, Database = Postgres>,
+{
+    let sql = format!(
+        "SELECT {EVENT_COLUMNS} FROM media_operation_events WHERE stream_id = $1 AND stream_version > $2 \
+         ORDER BY stream_version LIMIT $3"
+    );
+    let fetched = sqlx::query(&sql)
+        .bind(stream_id.as_str())
+        .bind(after)
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .fetch_all(executor)
+        .await
+        .map_err(|error| map(error, "reading a stream"))?;
+    fetched.iter().map(decode_event).collect()
+}
+
 /// Reads up to `limit` events after `after`, in seq order.
 pub async fn read_events(conn: &mut PgConnection, after: i64, limit: usize) -> Result<Vec<EventEnvelope>, StoreError> {
     let sql = format!("SELECT {EVENT_COLUMNS} FROM media_operation_events WHERE seq > $1 ORDER BY seq LIMIT $2");

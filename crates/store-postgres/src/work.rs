@@ -6,9 +6,9 @@ use crate::ddl::{self, Copy};
 use crate::error::map;
 use crate::rows::{column_list, decode_row, Values};
 use chrono::{DateTime, Utc};
-use opledger_domain::projections::{Row, TableSpec, MEDIA_STATES_TABLE, REGION_STATES_TABLE};
+use opledger_domain::projections::{state_table, Row, TableSpec, MEDIA_STATES_TABLE, REGION_STATES_TABLE};
 use opledger_domain::{OperationId, Timestamp};
-use opledger_store::{ClaimQuery, ExpiredClaim, Lease, StoreError};
+use opledger_store::{AheadQuery, ClaimQuery, ClaimableAhead, ExpiredClaim, Lease, StoreError};
 use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, Row as _};
 use uuid::Uuid;
@@ -80,6 +80,55 @@ fn claim_order(row: &Row) -> (i64, Timestamp, Uuid) {
         Row::ProcessingState(state) => (-state.priority, state.available_at, state.operation_id.0),
         _ => (0, Timestamp::from_micros(0), Uuid::nil()),
     }
+}
+
+/// How many claimable tasks of one kind a claim would take before the one
+/// `query` describes, counting at most `query.limit`: the kind's range of
+/// the claimable partial index, from its highest priority down to the
+/// task's own, stopping at the limit. The statuses are literals for the
+/// partial index, as in [`claimable`].
+pub async fn claimable_ahead<'c, E>(executor: E, query: &AheadQuery) -> Result<ClaimableAhead, StoreError>
+where
+    E: sqlx::Executor<'c, Database = sqlx::Postgres>,
+{
+    if query.limit == 0 || query.statuses.is_empty() {
+        return Ok(ClaimableAhead::default());
+    }
+    let statuses: Vec<String> = query
+        .statuses
+        .iter()
+        .map(|status| {
+            let text = status.as_str();
+            assert!(
+                text.bytes().all(|byte| byte.is_ascii_lowercase() || byte == b'_'),
+                "status {text:?} is not a plain word"
+            );
+            format!("'{text}'")
+        })
+        .collect();
+    let sql = format!(
+        "SELECT COUNT(*), COUNT(*) FILTER (WHERE priority > $1) FROM (\
+           SELECT priority FROM {} \
+           WHERE status IN ({}) AND task_kind = $2 AND priority >= $1 AND available_at <= $3 \
+             AND (priority > $1 OR available_at < $4 OR (available_at = $4 AND operation_id < $5)) \
+           LIMIT $6) ahead",
+        state_table(query.target).name,
+        statuses.join(", ")
+    );
+    let (ahead, higher): (i64, i64) = sqlx::query_as(&sql)
+        .bind(query.priority)
+        .bind(&query.kind)
+        .bind(query.now.to_datetime())
+        .bind(query.available_at.to_datetime())
+        .bind(query.operation_id.0)
+        .bind(i64::try_from(query.limit).unwrap_or(i64::MAX))
+        .fetch_one(executor)
+        .await
+        .map_err(|error| map(error, "counting the claimable tasks ahead"))?;
+    Ok(ClaimableAhead {
+        ahead: u64::try_from(ahead).unwrap_or(0),
+        higher_priority: u64::try_from(higher).unwrap_or(0),
+    })
 }
 
 /// Held claims whose effective lease (the claim's, extended by the lease

@@ -4,9 +4,9 @@
 use crate::ddl::{self, Copy};
 use crate::error::map;
 use crate::rows::column_list;
-use opledger_domain::projections::{Cell, Row, TableSpec, MEDIA_STATES_TABLE, REGION_STATES_TABLE};
+use opledger_domain::projections::{state_table, Cell, Row, TableSpec, MEDIA_STATES_TABLE, REGION_STATES_TABLE};
 use opledger_domain::{OperationId, Timestamp};
-use opledger_store::{ExpiredClaim, Lease, StoreError};
+use opledger_store::{AheadQuery, ClaimableAhead, ExpiredClaim, Lease, StoreError};
 use sqlx::sqlite::SqliteRow;
 use sqlx::Row as _;
 
@@ -51,6 +51,48 @@ pub(crate) fn claim_order(row: &Row) -> (i64, Timestamp, String) {
         Row::ProcessingState(state) => (-state.priority, state.available_at, state.operation_id.to_string()),
         _ => (0, Timestamp::from_micros(0), String::new()),
     }
+}
+
+/// How many claimable tasks of one kind a claim would take before the one
+/// `query` describes, counting at most `query.limit`. It reads the kind's
+/// range of the claimable index (named, as claims name it) from its
+/// highest priority down to the task's own, and stops at the limit.
+pub async fn claimable_ahead<'c, E>(executor: E, query: &AheadQuery) -> Result<ClaimableAhead, StoreError>
+where
+    E: sqlx::Executor<'c, Database = sqlx::Sqlite>,
+{
+    if query.limit == 0 || query.statuses.is_empty() {
+        return Ok(ClaimableAhead::default());
+    }
+    let table = state_table(query.target);
+    let statuses: Vec<String> = query
+        .statuses
+        .iter()
+        .map(|status| format!("'{}'", status.as_str()))
+        .collect();
+    let sql = format!(
+        "SELECT COUNT(*), COALESCE(SUM(priority > ?1), 0) FROM (\
+           SELECT priority FROM {name} INDEXED BY {name}_claimable \
+           WHERE status IN ({statuses}) AND task_kind = ?2 AND priority >= ?1 AND available_at <= ?3 \
+             AND (priority > ?1 OR available_at < ?4 OR (available_at = ?4 AND operation_id < ?5)) \
+           LIMIT ?6)",
+        name = table.name,
+        statuses = statuses.join(", ")
+    );
+    let (ahead, higher): (i64, i64) = sqlx::query_as(&sql)
+        .bind(query.priority)
+        .bind(&query.kind)
+        .bind(query.now.to_rfc3339())
+        .bind(query.available_at.to_rfc3339())
+        .bind(query.operation_id.0.hyphenated().to_string())
+        .bind(i64::try_from(query.limit).unwrap_or(i64::MAX))
+        .fetch_one(executor)
+        .await
+        .map_err(|error| map(error, "counting the claimable tasks ahead"))?;
+    Ok(ClaimableAhead {
+        ahead: u64::try_from(ahead).unwrap_or(0),
+        higher_priority: u64::try_from(higher).unwrap_or(0),
+    })
 }
 
 /// Held claims whose effective lease (the claim's, extended by the lease

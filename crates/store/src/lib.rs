@@ -28,8 +28,8 @@ mod traits;
 
 pub use error::{ErrorKind, StoreError};
 pub use traits::{
-    ClaimQuery, ExpectedVersion, ExpiredClaim, Lease, ProjectionState, RowDiff, RowTarget, ScratchTarget, Store,
-    StreamAppend, TableDiff, TableSet, WriteTx,
+    AheadQuery, ClaimQuery, ClaimableAhead, ExpectedVersion, ExpiredClaim, Lease, ProjectionState, RowDiff, RowTarget,
+    ScratchTarget, Store, StreamAppend, TableDiff, TableSet, WriteTx,
 };
 
 /// A boxed future, the shape `Store::write` work closures return.

@@ -12,6 +12,7 @@ use crate::BoxFuture;
 use futures::stream::BoxStream;
 use opledger_domain::envelope::{EventEnvelope, NewEvent, StreamId};
 use opledger_domain::projections::{Cell, ProjectionSpec, Row, RowChange, TableSpec};
+use opledger_domain::tasks::TargetType;
 use opledger_domain::{OperationId, OperationStatus, Timestamp};
 use std::future::Future;
 
@@ -109,6 +110,35 @@ pub struct ClaimQuery {
     /// Only rows with `available_at <= now`.
     pub now: Timestamp,
     pub limit: usize,
+}
+
+/// A claimable task's place in its kind's claim order: which tasks a
+/// worker claiming that kind would take before it ([`Store::claimable_ahead`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AheadQuery {
+    /// The processing-state table the kind's tasks are in.
+    pub target: TargetType,
+    pub kind: String,
+    /// The task's own place: its priority, when it became available, its id.
+    pub priority: i64,
+    pub available_at: Timestamp,
+    pub operation_id: OperationId,
+    /// Claimable statuses (the domain's `CLAIMABLE_STATUSES`).
+    pub statuses: &'static [OperationStatus],
+    /// Only tasks with `available_at <= now` are claimable.
+    pub now: Timestamp,
+    /// Count at most this many: the read stays bounded however long the
+    /// queue is.
+    pub limit: usize,
+}
+
+/// How many claimable tasks come before one in claim order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ClaimableAhead {
+    /// Tasks ahead (at most the query's limit).
+    pub ahead: u64,
+    /// Of those, the ones of higher priority.
+    pub higher_priority: u64,
 }
 
 /// Projection rows that folds load and write back.
@@ -331,6 +361,16 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// Every event of one stream, in stream order.
     fn read_stream(&self, stream_id: &StreamId) -> impl Future<Output = Result<Vec<EventEnvelope>, StoreError>> + Send;
 
+    /// Up to `limit` events of one stream after stream version `after`, in
+    /// stream order: what a reader following a stream reads each time,
+    /// from where it stopped.
+    fn read_stream_after(
+        &self,
+        stream_id: &StreamId,
+        after: i64,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<EventEnvelope>, StoreError>> + Send;
+
     /// Every event after `after`, in seq order, in pages of `page_size`:
     /// memory stays constant whatever the log size.
     fn read_all(&self, after: i64, page_size: usize) -> BoxStream<'static, Result<EventEnvelope, StoreError>>;
@@ -389,6 +429,13 @@ pub trait Store: Clone + Send + Sync + 'static {
         now: Timestamp,
         limit: usize,
     ) -> impl Future<Output = Result<Vec<ExpiredClaim>, StoreError>> + Send;
+
+    /// How many claimable tasks of `query.kind` a claim would take before
+    /// the task `query` describes (higher priority first, then longest
+    /// waiting, then operation id, as [`WriteTx::claimable`] orders them),
+    /// counting at most `query.limit`: a read of the kind's part of the
+    /// claimable index, from a read connection.
+    fn claimable_ahead(&self, query: &AheadQuery) -> impl Future<Output = Result<ClaimableAhead, StoreError>> + Send;
 
     /// Opens an empty scratch copy of every projection table.
     fn open_scratch(&self) -> impl Future<Output = Result<Self::Scratch, StoreError>> + Send;
