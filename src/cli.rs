@@ -131,7 +131,7 @@ pub struct StatusArgs {
 #[derive(Debug, Args)]
 pub struct TimelineArgs {
     /// The operation's id.
-    pub operation_id: String,
+    pub operation_id: OperationId,
     /// Then print new events as they are appended, until Ctrl-C (with
     /// `--json`, one compact envelope a line).
     #[arg(long)]
@@ -145,7 +145,7 @@ pub struct TimelineArgs {
 #[derive(Debug, Args)]
 pub struct DescribeArgs {
     /// The operation's id.
-    pub operation_id: String,
+    pub operation_id: OperationId,
     /// Show the timeline with every field of every event.
     #[arg(long)]
     pub verbose: bool,

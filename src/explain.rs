@@ -6,12 +6,11 @@
 
 use crate::cli::{DescribeArgs, StatusArgs, TimelineArgs};
 use crate::output::{envelope_json, print_json, status as print_status, status_value, timeline_verbose};
-use crate::UsageError;
 use chrono::Local;
 use futures::{Stream, StreamExt};
 use opledger_domain::explain::history::history_lines;
 use opledger_domain::explain::words::{clock_time, span};
-use opledger_domain::{EventEnvelope, OperationId, Timestamp};
+use opledger_domain::{EventEnvelope, Timestamp};
 use opledger_engine::{Description, Engine, EngineError};
 use opledger_store::Store;
 use serde_json::{json, Value};
@@ -20,17 +19,8 @@ use std::time::Duration;
 /// How often `timeline --follow` reads the stream for new events.
 const FOLLOW_INTERVAL: Duration = Duration::from_millis(250);
 
-fn operation_id(text: &str) -> Result<OperationId, UsageError> {
-    text.parse().map_err(|error: String| {
-        UsageError(format!(
-            "{:?} is not an operation id: {error}",
-            text.chars().take(64).collect::<String>()
-        ))
-    })
-}
-
 pub async fn timeline<S: Store>(engine: &Engine<S>, args: &TimelineArgs, as_json: bool) -> anyhow::Result<()> {
-    let operation_id = operation_id(&args.operation_id)?;
+    let operation_id = args.operation_id;
     let interrupt = if args.follow { Some(Interrupt::listen()?) } else { None };
     let events = engine.timeline(operation_id).await?;
     if args.follow && as_json {
@@ -145,7 +135,7 @@ fn print_lines(lines: &[String]) {
 }
 
 pub async fn describe<S: Store>(engine: &Engine<S>, args: &DescribeArgs, as_json: bool) -> anyhow::Result<()> {
-    let operation_id = operation_id(&args.operation_id)?;
+    let operation_id = args.operation_id;
     let description = engine.describe(operation_id).await?;
     let sentence = description.why.sentence(description.described_at, &Local);
     if as_json {
