@@ -9,6 +9,8 @@
 //! | 3 | conflict: stale claim, illegal transition, version conflict |
 //! | 4 | not found |
 //! | 5 | storage unavailable or corrupt |
+//! | 130 | `ingest` stopped by SIGINT (Ctrl-C): what it held is released, the next run resumes |
+//! | 143 | `ingest` stopped by SIGTERM, likewise |
 
 mod batch;
 mod cli;
@@ -25,6 +27,7 @@ use opledger_engine::{CommandContext, Engine, EngineError};
 use opledger_store::{ErrorKind, Store};
 use opledger_store_postgres::{PostgresConfig, PostgresStore};
 use opledger_store_sqlite::{SqliteConfig, SqliteStore};
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 /// Projection folds and the driver allocate many small strings and rows;
@@ -50,12 +53,29 @@ enum Outcome {
     Ok,
     /// A check ran and found differences.
     Differences,
+    /// Stopped early by a signal: 128 + its number, as a shell reports it.
+    Interrupted { by: String },
+}
+
+/// The exit code of a run stopped by `by` (`SIGINT`, `SIGTERM`).
+fn interrupted_code(by: &str) -> u8 {
+    match by {
+        "SIGTERM" => 143,
+        _ => 130,
+    }
+}
+
+/// Colour (ANSI escapes) only on a terminal, and never when `NO_COLOR` is
+/// set to anything (no-color.org).
+fn colour(stream: &impl IsTerminal) -> bool {
+    stream.is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|value| value.is_empty())
 }
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("OPLEDGER_LOG").unwrap_or_else(|_| "warn".into()))
         .with_writer(std::io::stderr)
+        .with_ansi(colour(&std::io::stderr()))
         .init();
     let cli = Cli::parse();
     // One thread is enough for a command line run, and measurably faster on
@@ -78,6 +98,7 @@ fn main() -> ExitCode {
     match runtime.block_on(run(cli)) {
         Ok(Outcome::Ok) => ExitCode::SUCCESS,
         Ok(Outcome::Differences) => ExitCode::from(1),
+        Ok(Outcome::Interrupted { by }) => ExitCode::from(interrupted_code(&by)),
         Err(error) => {
             eprintln!("opledger: {error:#}");
             ExitCode::from(exit_code(&error))
@@ -234,7 +255,10 @@ async fn dispatch<S: Store>(store: S, cli: &Cli) -> anyhow::Result<Outcome> {
         Command::Review { command } => batch::review(&engine, command, cli.json).await?,
         Command::Capabilities { media } => batch::capabilities(&engine, *media, cli.json).await?,
         Command::Ingest(args) => {
-            ingest::run(&engine, args, &cli.database_url, cli.json).await?;
+            let summary = ingest::run(&engine, args, &cli.database_url, cli.json).await?;
+            if let Some(interrupted) = summary.interrupted {
+                return Ok(Outcome::Interrupted { by: interrupted.by });
+            }
         }
         Command::Bench(_) | Command::Docs { .. } | Command::SampleMedia(_) => {
             unreachable!("handled before opening a database")
