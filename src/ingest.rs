@@ -118,12 +118,17 @@ pub(crate) fn plural(count: usize, one: &str, many: &str) -> String {
 
 /// A review entry's detail without the path its line already shows.
 fn detail_without_path(detail: &str, path: Option<&str>) -> String {
-    match path.filter(|path| !path.is_empty()) {
-        Some(path) => detail
-            .replace(&format!(" (file {path})"), "")
-            .replace(path, "the file"),
-        None => detail.to_string(),
+    let Some(path) = path.filter(|path| !path.is_empty()) else {
+        return detail.to_string();
+    };
+    // Task errors name the file as it displays (lossily, for a name that
+    // is not UTF-8); the ledger's text of it is what the line shows.
+    let shown = opledger_media::text_path(path).display().to_string();
+    let mut detail = detail.to_string();
+    for form in [path, shown.as_str()] {
+        detail = detail.replace(&format!(" (file {form})"), "").replace(form, "the file");
     }
+    detail
 }
 
 fn print_summary(summary: &IngestSummary, as_json: bool) {

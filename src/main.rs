@@ -54,7 +54,9 @@ enum Outcome {
     /// A check ran and found differences.
     Differences,
     /// Stopped early by a signal: 128 + its number, as a shell reports it.
-    Interrupted { by: String },
+    Interrupted {
+        by: String,
+    },
 }
 
 /// The exit code of a run stopped by `by` (`SIGINT`, `SIGTERM`).

@@ -108,7 +108,13 @@ pub fn ingestion_failures(kind: &str, settling: &Event) -> Option<String> {
     if kind != crate::projections::INGESTION_FILE {
         return None;
     }
-    let failures: Vec<&str> = succeeded.output.get("failures")?.as_array()?.iter().filter_map(|failure| failure.as_str()).collect();
+    let failures: Vec<&str> = succeeded
+        .output
+        .get("failures")?
+        .as_array()?
+        .iter()
+        .filter_map(|failure| failure.as_str())
+        .collect();
     (!failures.is_empty()).then(|| format!("image tasks failed: {}", failures.join("; ")))
 }
 

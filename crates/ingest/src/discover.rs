@@ -151,7 +151,10 @@ async fn folders<S: Store>(
     let unreadable: Vec<String> = walked.unreadable.iter().map(|folder| path_text(&folder.path)).collect();
     let known = engine.ingestions_by_path(&unreadable).await?;
     for (folder, text) in walked.unreadable.iter().zip(unreadable) {
-        if known.get(&text).is_some_and(|operation| operation.status.is_failed_for_good()) {
+        if known
+            .get(&text)
+            .is_some_and(|operation| operation.status.is_failed_for_good())
+        {
             continue;
         }
         classified.unreadable.push((
@@ -251,7 +254,10 @@ pub(crate) fn walk(root: &Path, exclude: &[PathBuf]) -> Result<Walked, IngestErr
         let entries = match std::fs::read_dir(&folder) {
             Ok(entries) => entries,
             Err(error) if folder == root => {
-                return Err(IngestError::Io(format!("cannot read folder {}: {error}", folder.display())))
+                return Err(IngestError::Io(format!(
+                    "cannot read folder {}: {error}",
+                    folder.display()
+                )))
             }
             Err(error) => {
                 walked.unreadable.push(UnreadableFolder {

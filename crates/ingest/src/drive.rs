@@ -304,7 +304,12 @@ struct FileRead {
 /// being written is first waited for. Once a stop is asked for, files not
 /// started are not read, and neither are files still being waited for; a
 /// stop *at once* leaves the reads under way too.
-async fn read_files(files: Vec<InFlight>, reading: &FileReading, readiness: Readiness, stop: &StopSignal) -> Vec<ReadFile> {
+async fn read_files(
+    files: Vec<InFlight>,
+    reading: &FileReading,
+    readiness: Readiness,
+    stop: &StopSignal,
+) -> Vec<ReadFile> {
     let queued = files.len();
     futures::stream::iter(files)
         .map(|file| {

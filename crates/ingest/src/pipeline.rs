@@ -64,11 +64,7 @@ pub async fn ingest<S: Store>(
         classified.resumed,
         classified.unchanged.len(),
     );
-    tracing::info!(
-        elapsed_ms = started.elapsed().as_millis() as u64,
-        files,
-        "walked"
-    );
+    tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, files, "walked");
     // The task claims of earlier runs that ended without releasing them
     // (killed) are dead: this run holds the lock now. Released at once, so
     // their tasks do not wait for their leases to expire.

@@ -77,7 +77,10 @@ fn decode(text: &str) -> Vec<u8> {
 
 /// Two uppercase hex digits, as [`encode`] writes them.
 fn hex_byte(digits: &str) -> Option<u8> {
-    if digits.bytes().all(|digit| digit.is_ascii_digit() || (b'A'..=b'F').contains(&digit)) {
+    if digits
+        .bytes()
+        .all(|digit| digit.is_ascii_digit() || (b'A'..=b'F').contains(&digit))
+    {
         u8::from_str_radix(digits, 16).ok()
     } else {
         None
