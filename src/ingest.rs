@@ -3,9 +3,9 @@
 
 use crate::cli::{IngestArgs, SampleMediaArgs};
 use crate::UsageError;
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::{ProgressBar, ProgressState, ProgressStyle};
 use opledger_engine::Engine;
-use opledger_ingest::{ingest, IngestOptions, IngestProgress, IngestSummary};
+use opledger_ingest::{ingest, IngestOptions, IngestProgress, IngestSummary, StopSignal};
 use opledger_media::{generate_samples_with, SampleOptions};
 use opledger_store::Store;
 use serde_json::json;
@@ -45,6 +45,9 @@ pub fn check_folder(args: &IngestArgs) -> Result<(), UsageError> {
     }
 }
 
+/// Runs an ingest; SIGINT and SIGTERM stop it early (a second one stops
+/// it at once). The summary says whether it was stopped (`interrupted`);
+/// `main` turns that into the exit code.
 pub async fn run<S: Store>(
     engine: &Engine<S>,
     args: &IngestArgs,
@@ -56,6 +59,9 @@ pub async fn run<S: Store>(
         return Err(UsageError("--workers must be at least 1".into()).into());
     }
     let (dir, database_file) = database_dir(database_url);
+    // Thumbnail paths are recorded in the ledger: absolute, so they name the
+    // same file whatever folder a later command runs in.
+    let dir = std::fs::canonicalize(&dir).unwrap_or(dir);
     let lock_path = match &database_file {
         Some(file) => PathBuf::from(format!("{}.ingest-lock", file.display())),
         None => dir.join("opledger-ingest.lock"),
@@ -72,9 +78,68 @@ pub async fn run<S: Store>(
     } else {
         Arc::new(Lines::new(!as_json))
     };
-    let summary = ingest(engine.clone(), options, progress).await?;
+    let signals = watch_signals(&options.stop)?;
+    let summary = ingest(engine.clone(), options, progress).await;
+    signals.abort();
+    let summary = summary?;
     print_summary(&summary, as_json);
+    if let Some(interrupted) = &summary.interrupted {
+        eprintln!(
+            "opledger: ingest stopped by {}: {} left unsettled, {} interrupted; run the same command again to resume",
+            interrupted.by,
+            plural(interrupted.files_left, "file", "files"),
+            plural(interrupted.tasks_interrupted as usize, "running task", "running tasks"),
+        );
+    }
     Ok(summary)
+}
+
+/// SIGINT and SIGTERM ask the ingest to stop: the first to stop claiming
+/// and let running tasks finish, a second to interrupt them at once.
+fn watch_signals(stop: &StopSignal) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut terminate = signal(SignalKind::terminate())?;
+    let stop = stop.clone();
+    Ok(tokio::spawn(async move {
+        loop {
+            let by = tokio::select! {
+                Some(()) = interrupt.recv() => "SIGINT",
+                Some(()) = terminate.recv() => "SIGTERM",
+                else => return,
+            };
+            if stop.is_requested() {
+                eprintln!("opledger: {by}: interrupting the running tasks");
+            } else {
+                eprintln!("opledger: {by}: stopping; running tasks may finish (again to interrupt them)");
+            }
+            stop.stop(by);
+        }
+    }))
+}
+
+/// `1 file`, `2 files`.
+pub(crate) fn plural(count: usize, one: &str, many: &str) -> String {
+    if count == 1 {
+        format!("1 {one}")
+    } else {
+        format!("{count} {many}")
+    }
+}
+
+/// A review entry's detail without the path its line already shows.
+fn detail_without_path(detail: &str, path: Option<&str>) -> String {
+    let Some(path) = path.filter(|path| !path.is_empty()) else {
+        return detail.to_string();
+    };
+    // Task errors name the file as it displays (lossily, for a name that
+    // is not UTF-8); the ledger's text of it is what the line shows.
+    let shown = opledger_media::text_path(path).display().to_string();
+    let mut detail = detail.to_string();
+    for form in [path, shown.as_str()] {
+        detail = detail.replace(&format!(" (file {form})"), "").replace(form, "the file");
+    }
+    detail
 }
 
 fn print_summary(summary: &IngestSummary, as_json: bool) {
@@ -85,12 +150,15 @@ fn print_summary(summary: &IngestSummary, as_json: bool) {
             "new": summary.new,
             "unchanged": summary.unchanged,
             "changed": summary.changed,
+            "resumed": summary.resumed,
             "failed": summary.failed,
             "missing": summary.missing,
+            "unreadable_folders": summary.unreadable_folders,
             "operations_created": summary.operations_created,
             "review_entries": summary.review_entries,
             "tasks_run": summary.tasks_run,
             "wall_seconds": summary.wall_seconds,
+            "interrupted": summary.interrupted,
         });
         println!(
             "{}",
@@ -98,34 +166,43 @@ fn print_summary(summary: &IngestSummary, as_json: bool) {
         );
         return;
     }
+    let mut folders = String::new();
+    if summary.unreadable_folders > 0 {
+        folders = format!(
+            ", {}",
+            plural(summary.unreadable_folders, "unreadable folder", "unreadable folders")
+        );
+    }
     println!(
-        "{} files in {:.1} s: {} new, {} unchanged, {} changed, {} failed, {} missing; {} operations created, {} tasks run",
-        summary.files,
+        "{} in {:.1} s: {} new, {} unchanged, {} changed, {} resumed, {} failed, {} missing{folders}; {} created, {} run",
+        plural(summary.files, "file", "files"),
         summary.wall_seconds,
         summary.new,
         summary.unchanged,
         summary.changed,
+        summary.resumed,
         summary.failed,
         summary.missing,
-        summary.operations_created,
-        summary.tasks_run
+        plural(summary.operations_created, "operation", "operations"),
+        plural(summary.tasks_run as usize, "task", "tasks"),
     );
     if let Some(batch_id) = summary.batch_id {
         println!("batch {batch_id} (opledger batch show {batch_id})");
     }
     if !summary.review_entries.is_empty() {
         println!(
-            "review queue ({} entries; opledger review list):",
-            summary.review_entries.len()
+            "review queue ({}; opledger review list):",
+            plural(summary.review_entries.len(), "entry", "entries")
         );
         for entry in &summary.review_entries {
+            let detail = detail_without_path(entry.detail.as_deref().unwrap_or(""), entry.path.as_deref());
             println!(
                 "  #{:<8} {:<16} {:<16} {}  {}",
                 entry.entry_id,
                 entry.reason_code,
                 entry.kind,
                 entry.path.as_deref().unwrap_or(""),
-                entry.detail.as_deref().unwrap_or("")
+                detail
             );
         }
     }
@@ -138,12 +215,10 @@ struct Bar {
 
 impl Bar {
     fn new() -> Self {
-        let bar = ProgressBar::new(0);
+        // Until the folder is walked there is no total: a spinner, not 0/0.
+        let bar = ProgressBar::new_spinner();
         bar.set_style(
-            ProgressStyle::with_template(
-                "{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} files  {per_sec}  ETA {eta}  {msg}",
-            )
-            .expect("a valid template"),
+            ProgressStyle::with_template("{spinner} [{elapsed_precise}] finding files…").expect("a valid template"),
         );
         bar.enable_steady_tick(Duration::from_millis(200));
         Bar { bar }
@@ -152,8 +227,18 @@ impl Bar {
 
 impl IngestProgress for Bar {
     fn started(&self, total: usize, unchanged: usize) {
+        self.bar.set_style(
+            ProgressStyle::with_template(
+                "{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} files  {rate}  ETA {eta}  {msg}",
+            )
+            .expect("a valid template")
+            .with_key("rate", |state: &ProgressState, out: &mut dyn std::fmt::Write| {
+                let _ = write!(out, "{:.0} files/s", state.per_sec());
+            }),
+        );
         self.bar.set_length(total as u64);
         self.bar.set_position(unchanged as u64);
+        self.bar.set_message("0 failed");
         self.bar.reset_eta();
     }
 
@@ -188,7 +273,7 @@ impl IngestProgress for Lines {
         let mut state = self.state.lock().expect("progress state");
         state.1 = total;
         if self.enabled {
-            eprintln!("ingest: {total} files, {unchanged} unchanged");
+            eprintln!("ingest: {}, {unchanged} unchanged", plural(total, "file", "files"));
         }
     }
 

@@ -9,7 +9,9 @@
 //! | 3 | conflict: stale claim, illegal transition, version conflict |
 //! | 4 | not found |
 //! | 5 | storage unavailable or corrupt, or not an opledger ledger |
+//! | 130 | `ingest` stopped by SIGINT (Ctrl-C): what it held is released, the next run resumes |
 //! | 141 | standard output was closed before the answer was written (a reader such as `head` stopped reading); nothing is printed, and a claim whose answer was not written is given back |
+//! | 143 | `ingest` stopped by SIGTERM, likewise |
 
 /// Every command prints through these, which shadow the standard macros in
 /// this crate: a write to a closed standard output (`| head -1`) must end
@@ -51,6 +53,7 @@ use opledger_engine::{CommandContext, Engine, EngineError};
 use opledger_store::{ErrorKind, Store};
 use opledger_store_postgres::{PostgresConfig, PostgresStore};
 use opledger_store_sqlite::{SqliteConfig, SqliteStore};
+use std::io::IsTerminal;
 use std::io::Write;
 use std::process::ExitCode;
 
@@ -93,12 +96,31 @@ enum Outcome {
     Ok,
     /// A check ran and found differences.
     Differences,
+    /// Stopped early by a signal: 128 + its number, as a shell reports it.
+    Interrupted {
+        by: String,
+    },
+}
+
+/// The exit code of a run stopped by `by` (`SIGINT`, `SIGTERM`).
+fn interrupted_code(by: &str) -> u8 {
+    match by {
+        "SIGTERM" => 143,
+        _ => 130,
+    }
+}
+
+/// Colour (ANSI escapes) only on a terminal, and never when `NO_COLOR` is
+/// set to anything (no-color.org).
+fn colour(stream: &impl IsTerminal) -> bool {
+    stream.is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|value| value.is_empty())
 }
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("OPLEDGER_LOG").unwrap_or_else(|_| "warn".into()))
         .with_writer(std::io::stderr)
+        .with_ansi(colour(&std::io::stderr()))
         .init();
     let mut cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -131,6 +153,7 @@ fn main() -> ExitCode {
         Ok(_) if !written => ExitCode::from(OUTPUT_CLOSED),
         Ok(Outcome::Ok) => ExitCode::SUCCESS,
         Ok(Outcome::Differences) => ExitCode::from(1),
+        Ok(Outcome::Interrupted { by }) => ExitCode::from(interrupted_code(&by)),
         Err(error) if error.downcast_ref::<OutputClosed>().is_some() => ExitCode::from(OUTPUT_CLOSED),
         Err(error) => {
             report(&format!("opledger: {error:#}"));
@@ -402,7 +425,10 @@ async fn dispatch<S: Store>(store: S, cli: &Cli) -> anyhow::Result<Outcome> {
         Command::Review { command } => batch::review(&engine, command, cli.json).await?,
         Command::Capabilities { media } => batch::capabilities(&engine, *media, cli.json).await?,
         Command::Ingest(args) => {
-            ingest::run(&engine, args, &cli.database_url, cli.json).await?;
+            let summary = ingest::run(&engine, args, &cli.database_url, cli.json).await?;
+            if let Some(interrupted) = summary.interrupted {
+                return Ok(Outcome::Interrupted { by: interrupted.by });
+            }
         }
         Command::Bench(_) | Command::Docs { .. } | Command::SampleMedia(_) => {
             unreachable!("handled before opening a database")

@@ -93,6 +93,31 @@ pub fn settled_outcome(status: OperationStatus) -> Option<ItemOutcome> {
     }
 }
 
+/// Why a file ingestion that just succeeded is a *failed* item of its
+/// batches: its output names image tasks that failed for good
+/// (`failures`, as `kind: reason`). The file is in the ledger, but the
+/// batch was run to make of it what those tasks make, so it counts as
+/// failed (with those failures as its reason), as the ingest that ran it
+/// counts it. `None` for any other operation or event. Only the event
+/// says so: an item settled later from its operation's status alone
+/// (reconciliation, a resume) counts the success.
+pub fn ingestion_failures(kind: &str, settling: &Event) -> Option<String> {
+    let Event::OperationSucceeded(succeeded) = settling else {
+        return None;
+    };
+    if kind != crate::projections::INGESTION_FILE {
+        return None;
+    }
+    let failures: Vec<&str> = succeeded
+        .output
+        .get("failures")?
+        .as_array()?
+        .iter()
+        .filter_map(|failure| failure.as_str())
+        .collect();
+    (!failures.is_empty()).then(|| format!("image tasks failed: {}", failures.join("; ")))
+}
+
 /// Exact progress, counted from the batch's items.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct BatchProgress {

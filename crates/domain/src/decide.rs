@@ -150,7 +150,11 @@ pub fn decide_operation(row: &OperationRow, command: OperationCommand) -> Result
                     )));
                 }
             }
-            Event::OperationStageChanged(OperationStageChanged { operation_id, stage })
+            Event::OperationStageChanged(OperationStageChanged {
+                operation_id,
+                stage,
+                inputs: None,
+            })
         }
         OperationCommand::Succeed { claim_token, output } => {
             require_claim(row, &claim_token)?;

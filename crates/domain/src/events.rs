@@ -182,6 +182,12 @@ pub struct OperationProgressed {
 pub struct OperationStageChanged {
     pub operation_id: OperationId,
     pub stage: IngestionStage,
+    /// The file as this stage found it, when that differs from what the
+    /// ingestion recorded before (a file still being written when it was
+    /// found, read once it settled): the ingestion's inputs from here on,
+    /// which the next ingest compares the file with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inputs: Option<Value>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

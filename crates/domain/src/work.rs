@@ -443,6 +443,17 @@ pub fn decide_interrupt(
     policy: &RetryPolicy,
     lease_expired_at: Timestamp,
 ) -> Result<Vec<Event>, DomainError> {
+    decide_interrupt_because(row, policy, &format!("lease expired at {lease_expired_at}"))
+}
+
+/// The claim is interrupted because of `cause` (a lease that expired, a
+/// holder known to be gone, a holder that stopped), with what follows as in
+/// [`decide_interrupt`]. Counted as an interruption like any other.
+pub fn decide_interrupt_because(
+    row: &ProcessingStateRow,
+    policy: &RetryPolicy,
+    cause: &str,
+) -> Result<Vec<Event>, DomainError> {
     let operation_id = row.operation_id;
     transitions::transition(row.status, Cause::Interrupt)?;
     // The fold counts the interruption only against the revision the claim
@@ -452,7 +463,7 @@ pub fn decide_interrupt(
         operation_id,
         claim_token: row.claim_token.clone(),
         reason: format!(
-            "lease expired at {lease_expired_at} (worker {}, interruption {interruptions})",
+            "{cause} (worker {}, interruption {interruptions})",
             row.worker.as_deref().unwrap_or("unknown")
         ),
     });

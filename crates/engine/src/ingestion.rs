@@ -64,6 +64,12 @@ pub struct Registration {
     pub media_kind: String,
     /// What parsing found (format, dimensions), for the timeline.
     pub parsed: Value,
+    /// The file as it was read (size and modification time once it
+    /// settled). When it differs from the ingestion's inputs (the file was
+    /// still being written when it was found), the `parsing` stage records
+    /// it as the ingestion's inputs, so the next ingest finds the file
+    /// unchanged.
+    pub observed: Option<FileObservation>,
 }
 
 /// What registering a file did.
@@ -143,6 +149,17 @@ impl Chain {
             if self.row.stage.is_none_or(|current| stage.rank() > current.rank()) {
                 self.then(OperationCommand::ChangeStage { stage: *stage })?;
             }
+        }
+        Ok(())
+    }
+
+    /// Moves to `stage` (later than the current one), recording `inputs`
+    /// as what the ingestion works on from now on.
+    fn stage_with_inputs(&mut self, stage: IngestionStage, inputs: Value) -> Result<(), EngineError> {
+        self.then(OperationCommand::ChangeStage { stage })?;
+        if let Some(Event::OperationStageChanged(changed)) = self.events.last_mut() {
+            self.row.inputs = inputs.to_string();
+            changed.inputs = Some(inputs);
         }
         Ok(())
     }
@@ -234,10 +251,12 @@ impl<S: Store> Engine<S> {
 
     /// Starts ingestions, all in one transaction: a new operation for each
     /// of `new` (created, claimed by `worker`, started, at stage
-    /// `settling`), and each of `resume` taken over from a process that
-    /// died (its claim interrupted and requeued, then claimed again,
-    /// continuing from its stage). The caller must know the previous holder
-    /// is dead (the ingest lock tells it).
+    /// `settling`), and each of `resume` taken over, continuing from its
+    /// stage: one a process that died held (its claim interrupted and
+    /// requeued, then claimed again; the caller must know the previous
+    /// holder is dead, as the ingest lock tells it), one released by an
+    /// ingest that stopped (claimed again), or one that failed for good
+    /// (reopened, then claimed: an unreadable file that can be read now).
     pub async fn begin_ingestions(
         &self,
         context: &CommandContext,
@@ -309,6 +328,11 @@ impl<S: Store> Engine<S> {
                         chain.then(OperationCommand::Transition {
                             cause: Cause::Requeue,
                             reason: "resumed by the next ingest".into(),
+                        })?;
+                    } else if chain.row.status.is_failed_for_good() {
+                        chain.then(OperationCommand::Transition {
+                            cause: Cause::Reopen,
+                            reason: "retried by the next ingest: the file can be read now".into(),
                         })?;
                     }
                     claim_chain(&mut chain, &claim_token, &worker, lease_expires_at)?;
@@ -429,7 +453,12 @@ impl<S: Store> Engine<S> {
                         ))));
                     }
                     let mut chain = Chain::new(row);
-                    chain.stages(&[IngestionStage::Parsing])?;
+                    let read_as = item.observed.as_ref().map(FileObservation::inputs);
+                    let recorded = serde_json::from_str::<Value>(&chain.row.inputs).ok();
+                    match read_as.filter(|read_as| Some(read_as) != recorded.as_ref()) {
+                        Some(inputs) => chain.stage_with_inputs(IngestionStage::Parsing, inputs)?,
+                        None => chain.stages(&[IngestionStage::Parsing])?,
+                    }
                     chain.then(OperationCommand::Progress {
                         claim_token: item.claim.claim_token.clone(),
                         phase: format!("parsed: {}", item.parsed),
@@ -557,6 +586,50 @@ impl<S: Store> Engine<S> {
         .await
     }
 
+    /// Gives back held ingestions unfinished, in one transaction: each
+    /// still held by its claim is interrupted (`cause` on its timeline) and
+    /// queued again, for the next ingest to take over from its stage. What
+    /// an ingest that stops early does with the files it has not finished.
+    /// Returns how many were released.
+    pub async fn release_ingestions(
+        &self,
+        context: &CommandContext,
+        claims: Vec<IngestionClaim>,
+        cause: &str,
+    ) -> Result<usize, EngineError> {
+        let stamp = self.stamp(context);
+        let cause = cause.to_string();
+        self.command(move |tx, _| {
+            Box::pin(async move {
+                let ids: Vec<OperationId> = claims.iter().map(|claim| claim.operation_id).collect();
+                let loaded: BTreeMap<OperationId, OperationRow> = load_ingestions(tx, &ids)
+                    .await?
+                    .into_iter()
+                    .map(|row| (row.operation_id, row))
+                    .collect();
+                let mut appends = Vec::new();
+                for claim in claims {
+                    let Some(row) = loaded.get(&claim.operation_id).cloned() else {
+                        continue;
+                    };
+                    if !row.status.is_claimed() || row.claim_token.as_deref() != Some(claim.claim_token.as_str()) {
+                        continue;
+                    }
+                    let mut chain = Chain::new(row);
+                    chain.then(OperationCommand::Interrupt { reason: cause.clone() })?;
+                    chain.then(OperationCommand::Transition {
+                        cause: Cause::Requeue,
+                        reason: "released unfinished, for the next ingest".into(),
+                    })?;
+                    appends.extend(chain.append(&stamp));
+                }
+                let released = appends.len();
+                Ok(Decided::answer(released, appends))
+            })
+        })
+        .await
+    }
+
     /// Records files that are gone from disk: for each path, a file
     /// ingestion confirmed missing (`missing_confirmed`, which the review
     /// queue routes as `source_missing`). One transaction.
@@ -577,9 +650,11 @@ impl<S: Store> Engine<S> {
                 let mut ids = Vec::new();
                 for (file, operation_id) in planned {
                     let mut chain = Chain::created(operation_id, &file, now);
+                    // The path is the operation's own; the reason need
+                    // not repeat it.
                     chain.then(OperationCommand::Transition {
                         cause: Cause::ConfirmMissing,
-                        reason: format!("{} is gone from disk", file.path),
+                        reason: "gone from disk".into(),
                     })?;
                     let mut append = chain.append(&stamp).expect("events");
                     append.expected = ExpectedVersion::NoStream;

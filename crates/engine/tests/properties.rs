@@ -670,7 +670,11 @@ fn expected_operation_event(
             reason,
         }),
         Action::RequestCancel { reason } => Event::OperationCancelRequested(OperationReason { operation_id, reason }),
-        Action::ChangeStage { stage } => Event::OperationStageChanged(OperationStageChanged { operation_id, stage }),
+        Action::ChangeStage { stage } => Event::OperationStageChanged(OperationStageChanged {
+            operation_id,
+            stage,
+            inputs: None,
+        }),
     }
 }
 

@@ -1,15 +1,17 @@
 //! The fourth step of a run: move every held file through its stages
 //! (settling, hashing, parsing, registered), request its image tasks, and
-//! finish each file once its tasks have settled.
+//! finish each file once its tasks have settled; or, once a stop is asked
+//! for, read no more and hand back what is left.
 
+use crate::discover::observe;
 use crate::finish::{finish_settled, SETTLE_WINDOW};
 use crate::pipeline::CHUNK;
 use crate::workers::KnownPaths;
-use crate::{IngestError, IngestProgress, INGEST_TASK_KINDS};
+use crate::{IngestError, IngestProgress, StopSignal, INGEST_TASK_KINDS};
 use futures::StreamExt;
 use opledger_domain::{IngestionStage, MediaId, OperationId};
-use opledger_engine::{CommandContext, Engine, IngestionClaim, Registration};
-use opledger_media::{hash_file, read_metadata, Settler};
+use opledger_engine::{CommandContext, Engine, FileObservation, IngestionClaim, Registration};
+use opledger_media::{hash_file, read_metadata, text_path, MediaError, Settler};
 use opledger_store::Store;
 use opledger_worker::ComputeThreads;
 use serde_json::{json, Value};
@@ -31,6 +33,7 @@ pub(crate) struct FileReading {
 /// A file of this run that is being processed.
 pub(crate) struct InFlight {
     pub claim: IngestionClaim,
+    /// The file on disk (its real bytes, which the ledger's text encodes).
     pub path: PathBuf,
     pub media_id: Option<MediaId>,
     pub tasks: Vec<OperationId>,
@@ -46,6 +49,16 @@ pub(crate) struct Tally {
     pub tasks_created: usize,
 }
 
+/// Where driving the files ended.
+pub(crate) struct Driven {
+    pub tally: Tally,
+    /// Registered files whose tasks had not all settled when a stop was
+    /// asked for (empty when the run went to its end).
+    pub in_flight: Vec<InFlight>,
+    /// Held files not read when a stop was asked for.
+    pub unread: Vec<IngestionClaim>,
+}
+
 /// Whether a file is known to be complete on disk when it is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Readiness {
@@ -57,7 +70,9 @@ enum Readiness {
 
 /// Moves every claimed file through its stages, runs until every file's
 /// tasks have settled, and finishes each ingestion. `settled` counts the
-/// files settled before (the unchanged ones).
+/// files settled before (the unchanged ones). A stop ends it early, with
+/// the files not finished in the answer.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn drive<S: Store>(
     engine: &Engine<S>,
     context: &CommandContext,
@@ -66,14 +81,17 @@ pub(crate) async fn drive<S: Store>(
     settled: usize,
     progress: &dyn IngestProgress,
     known_paths: &KnownPaths,
-) -> Result<Tally, IngestError> {
+    stop: &StopSignal,
+) -> Result<Driven, IngestError> {
     let sorted = sort_claims(claims, &reading.settler).await;
     let mut files = Files {
         engine,
         context,
         reading,
         known_paths,
+        stop,
         in_flight: Vec::new(),
+        unread: Vec::new(),
         tally: Tally {
             settled,
             failed: 0,
@@ -95,7 +113,7 @@ pub(crate) async fn drive<S: Store>(
     files.register(sorted.slow, Readiness::BeingWritten).await?;
     // Resumed files registered by a run that died: find their tasks.
     files.register(sorted.registered, Readiness::Settled).await?;
-    while !files.in_flight.is_empty() {
+    while !files.in_flight.is_empty() && !stop.is_requested() {
         files.finish_settled().await?;
         progress.settled(files.tally.settled, files.tally.failed);
         if !files.in_flight.is_empty() {
@@ -106,10 +124,17 @@ pub(crate) async fn drive<S: Store>(
             } else {
                 100
             };
-            tokio::time::sleep(Duration::from_millis(poll)).await;
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_millis(poll)) => {}
+                () = stop.requested() => {}
+            }
         }
     }
-    Ok(files.tally)
+    Ok(Driven {
+        tally: files.tally,
+        in_flight: files.in_flight,
+        unread: files.unread,
+    })
 }
 
 /// The held files by what is left to do for each.
@@ -129,7 +154,7 @@ async fn sort_claims(claims: Vec<IngestionClaim>, settler: &Settler) -> Sorted {
         registered: Vec::new(),
     };
     for claim in claims {
-        let path = PathBuf::from(&claim.path);
+        let path = text_path(&claim.path);
         let file = InFlight {
             claim,
             path,
@@ -154,8 +179,11 @@ struct Files<'a, S: Store> {
     context: &'a CommandContext,
     reading: &'a FileReading,
     known_paths: &'a KnownPaths,
+    stop: &'a StopSignal,
     /// Registered files whose tasks have not all settled, oldest first.
     in_flight: Vec<InFlight>,
+    /// Held files left unread because a stop was asked for.
+    unread: Vec<IngestionClaim>,
     tally: Tally,
 }
 
@@ -165,40 +193,54 @@ impl<S: Store> Files<'_, S> {
     /// threads, then `parsing`, `registered`, the media items and their
     /// task requests in another. Files that cannot be read end their
     /// ingestion `failed_terminal` with the reason (settled, failed); the
-    /// others are in flight until their tasks settle.
+    /// others are in flight until their tasks settle. Once a stop is asked
+    /// for, files not read yet are left unread.
     async fn register(&mut self, files: Vec<InFlight>, readiness: Readiness) -> Result<(), IngestError> {
         if files.is_empty() {
             return Ok(());
         }
+        if self.stop.is_requested() {
+            self.unread.extend(files.into_iter().map(|file| file.claim));
+            return Ok(());
+        }
         let (engine, context) = (self.engine, self.context);
-        let claims: Vec<IngestionClaim> = files.iter().map(|file| file.claim.clone()).collect();
         if readiness == Readiness::BeingWritten {
             // The stage a file waits in while it is still being written.
+            let claims: Vec<IngestionClaim> = files.iter().map(|file| file.claim.clone()).collect();
             engine
                 .ingestion_stage(context, &claims, IngestionStage::Settling)
                 .await?;
         }
-        let read = read_files(files, self.reading, readiness).await;
-        engine
-            .ingestion_stage(context, &claims, IngestionStage::Hashing)
-            .await?;
+        let read = read_files(files, self.reading, readiness, self.stop).await;
         let mut registrations = Vec::new();
         let mut unreadable = Vec::new();
+        let mut hashed = Vec::new();
         let mut by_operation: BTreeMap<OperationId, InFlight> = BTreeMap::new();
         for ReadFile { file, result } in read {
             match result {
-                Ok(found) => {
+                Reading::Read(found) => {
+                    hashed.push(file.claim.clone());
                     registrations.push(Registration {
                         claim: file.claim.clone(),
                         content_digest: found.digest,
                         byte_size: found.byte_size,
                         media_kind: found.media_kind,
                         parsed: found.parsed,
+                        observed: Some(found.observed),
                     });
                     by_operation.insert(file.claim.operation_id, file);
                 }
-                Err(reason) => unreadable.push((file.claim.clone(), Err(reason))),
+                Reading::Unreadable(reason) => {
+                    hashed.push(file.claim.clone());
+                    unreadable.push((file.claim.clone(), Err(reason)));
+                }
+                Reading::Stopped => self.unread.push(file.claim),
             }
+        }
+        if !hashed.is_empty() {
+            engine
+                .ingestion_stage(context, &hashed, IngestionStage::Hashing)
+                .await?;
         }
         self.tally.settled += unreadable.len();
         self.tally.failed += unreadable.len();
@@ -211,7 +253,7 @@ impl<S: Store> Files<'_, S> {
                 if let Some(mut file) = by_operation.remove(&outcome.operation_id) {
                     file.media_id = Some(outcome.media_id);
                     if let Ok(mut paths) = self.known_paths.write() {
-                        paths.insert(outcome.media_id, PathBuf::from(&file.claim.path));
+                        paths.insert(outcome.media_id, file.path.clone());
                     }
                     file.tasks = outcome.task_operations;
                     self.in_flight.push(file);
@@ -230,10 +272,18 @@ impl<S: Store> Files<'_, S> {
     }
 }
 
-/// A file and what reading it found, or why it could not be read.
+/// A file and what reading it came to.
 struct ReadFile {
     file: InFlight,
-    result: Result<FileRead, String>,
+    result: Reading,
+}
+
+enum Reading {
+    Read(FileRead),
+    /// It could not be read: why, without its path (the ingestion names it).
+    Unreadable(String),
+    /// A stop was asked for before it was read.
+    Stopped,
 }
 
 /// What reading a file found.
@@ -245,12 +295,21 @@ struct FileRead {
     media_kind: String,
     /// What the header says (format and dimensions, or the decoder's error).
     parsed: Value,
+    /// The file's size and modification time as it was read.
+    observed: FileObservation,
 }
 
 /// Reads every file on the compute threads, all queued at once, so the
 /// threads go from one file to the next without waiting; a file still
-/// being written is first waited for.
-async fn read_files(files: Vec<InFlight>, reading: &FileReading, readiness: Readiness) -> Vec<ReadFile> {
+/// being written is first waited for. Once a stop is asked for, files not
+/// started are not read, and neither are files still being waited for; a
+/// stop *at once* leaves the reads under way too.
+async fn read_files(
+    files: Vec<InFlight>,
+    reading: &FileReading,
+    readiness: Readiness,
+    stop: &StopSignal,
+) -> Vec<ReadFile> {
     let queued = files.len();
     futures::stream::iter(files)
         .map(|file| {
@@ -259,16 +318,28 @@ async fn read_files(files: Vec<InFlight>, reading: &FileReading, readiness: Read
             async move {
                 let path = file.path.clone();
                 let result = async {
-                    if readiness == Readiness::BeingWritten {
-                        settler
-                            .settle(&path)
-                            .await
-                            .map_err(|error| format!("{} did not settle: {error}", path.display()))?;
+                    if stop.is_requested() {
+                        return Reading::Stopped;
                     }
-                    compute
-                        .run(move || read_file(&path))
-                        .await
-                        .map_err(|error| format!("reading did not finish: {error}"))?
+                    if readiness == Readiness::BeingWritten {
+                        tokio::select! {
+                            settled = settler.settle(&path) => {
+                                if let Err(error) = settled {
+                                    return Reading::Unreadable(format!("the file did not settle: {error}"));
+                                }
+                            }
+                            () = stop.requested() => return Reading::Stopped,
+                        }
+                    }
+                    let read = compute.run(move || read_file(&path));
+                    tokio::select! {
+                        read = read => match read {
+                            Ok(Ok(found)) => Reading::Read(found),
+                            Ok(Err(reason)) => Reading::Unreadable(reason),
+                            Err(error) => Reading::Unreadable(format!("reading did not finish: {error}")),
+                        },
+                        () = stop.requested_now() => Reading::Stopped,
+                    }
                 }
                 .await;
                 ReadFile { file, result }
@@ -279,10 +350,16 @@ async fn read_files(files: Vec<InFlight>, reading: &FileReading, readiness: Read
         .await
 }
 
-/// Reads a file once: its content digest and size, and what its header
-/// says it is.
+/// Reads a file once: its size and modification time, its content digest,
+/// and what its header says it is.
 fn read_file(path: &Path) -> Result<FileRead, String> {
-    let hash = hash_file(path).map_err(|error| format!("cannot read {}: {error}", path.display()))?;
+    let unreadable = |error: MediaError| match error {
+        MediaError::Io { action, source, .. } => format!("cannot read the file ({action} it): {source}"),
+        other => format!("cannot read the file: {other}"),
+    };
+    let metadata = std::fs::metadata(path).map_err(|error| format!("cannot read the file: {error}"))?;
+    let observed = observe(path, &metadata);
+    let hash = hash_file(path).map_err(unreadable)?;
     let (media_kind, parsed) = match read_metadata(path) {
         Ok(metadata) => (
             "image".to_string(),
@@ -295,6 +372,7 @@ fn read_file(path: &Path) -> Result<FileRead, String> {
         byte_size: i64::try_from(hash.byte_size).unwrap_or(i64::MAX),
         media_kind,
         parsed,
+        observed,
     })
 }
 

@@ -18,8 +18,20 @@
 //! new digest. A file gone from disk is recorded (`missing_confirmed`).
 //! Crash-resume: one ingest runs at a time per database (a lock file), so an
 //! ingestion found claimed is one whose process died: it is interrupted
-//! (on its timeline) and taken over; the dead process's task claims are
-//! interrupted by recovery once their short leases expire.
+//! (on its timeline) and taken over. The lock file records the runs that
+//! hold it until they have released their claims, so the next run knows a
+//! killed run's task claims are dead and interrupts them at once instead
+//! of waiting for their leases to expire.
+//!
+//! Stopping early ([`StopSignal`], what the command line's SIGINT and
+//! SIGTERM ask for): the run stops reading files and claiming tasks, lets
+//! running tasks finish within a grace (a second stop interrupts them at
+//! once), finishes the files whose tasks settled, and releases everything
+//! else it holds — ingestions and task claims interrupted and queued
+//! again — so the next run resumes at once.
+//!
+//! Paths are recorded as text; a file name that is not UTF-8 is recorded
+//! reversibly ([`opledger_media::path_text`]) and read by its real bytes.
 
 mod begin;
 mod discover;
@@ -33,9 +45,9 @@ mod summary;
 mod workers;
 
 pub use lock::IngestLock;
-pub use options::{IngestOptions, IngestProgress, NoProgress};
+pub use options::{IngestOptions, IngestProgress, NoProgress, StopLevel, StopSignal};
 pub use pipeline::ingest;
-pub use summary::{IngestError, IngestSummary, ReviewEntry};
+pub use summary::{IngestError, IngestSummary, Interrupted, ReviewEntry};
 
 /// The task kinds an ingest requests on every file.
 pub const INGEST_TASK_KINDS: &[&str] = &["metadata", "thumbnail", "perceptual_hash"];

@@ -1,7 +1,10 @@
-//! How an ingest is asked to run, and how it tells its progress.
+//! How an ingest is asked to run, how it tells its progress, and how it is
+//! asked to stop early.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::watch;
 
 /// How an ingest runs.
 #[derive(Debug, Clone)]
@@ -22,8 +25,14 @@ pub struct IngestOptions {
     /// before it is read.
     pub settle_quiet: Duration,
     /// The lease of the workers' claims; a crashed run's claims are taken
-    /// over by recovery this long after it died.
+    /// over by recovery this long after it died, unless the next ingest
+    /// knows it died (see [`crate::IngestLock`]).
     pub lease: Duration,
+    /// How long image tasks already running may take to finish once a stop
+    /// was asked for; the ones still running then are interrupted.
+    pub stop_grace: Duration,
+    /// Asks the run to stop early (see [`StopSignal`]).
+    pub stop: StopSignal,
 }
 
 impl IngestOptions {
@@ -37,7 +46,79 @@ impl IngestOptions {
             exclude: Vec::new(),
             settle_quiet: Duration::from_millis(500),
             lease: Duration::from_secs(10),
+            stop_grace: Duration::from_secs(5),
+            stop: StopSignal::new(),
         }
+    }
+}
+
+/// How far a stop has been asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StopLevel {
+    /// Not asked.
+    Run,
+    /// Stop claiming and reading files; let running tasks finish (within
+    /// [`IngestOptions::stop_grace`]). `by` says who asked (`SIGINT`).
+    Finish { by: String },
+    /// Interrupt running tasks at once as well.
+    Now { by: String },
+}
+
+/// Asks a running ingest to stop early; cheap to clone, one per run. The
+/// first [`StopSignal::stop`] stops claiming and reading: the files not
+/// finished are released for the next run, and running tasks get the
+/// grace to finish; a second one interrupts them at once.
+#[derive(Debug, Clone)]
+pub struct StopSignal {
+    level: Arc<watch::Sender<StopLevel>>,
+}
+
+impl Default for StopSignal {
+    fn default() -> Self {
+        StopSignal::new()
+    }
+}
+
+impl StopSignal {
+    pub fn new() -> Self {
+        StopSignal {
+            level: Arc::new(watch::Sender::new(StopLevel::Run)),
+        }
+    }
+
+    /// Asks the run to stop (`by`: who asks, for the summary); asked a
+    /// second time, to stop at once.
+    pub fn stop(&self, by: &str) {
+        self.level.send_modify(|level| {
+            *level = match level {
+                StopLevel::Run => StopLevel::Finish { by: by.to_string() },
+                StopLevel::Finish { by } | StopLevel::Now { by } => StopLevel::Now { by: by.clone() },
+            }
+        });
+    }
+
+    /// Who asked the run to stop, if anyone did.
+    pub fn requested_by(&self) -> Option<String> {
+        match &*self.level.borrow() {
+            StopLevel::Run => None,
+            StopLevel::Finish { by } | StopLevel::Now { by } => Some(by.clone()),
+        }
+    }
+
+    pub fn is_requested(&self) -> bool {
+        *self.level.borrow() != StopLevel::Run
+    }
+
+    /// Resolves once a stop is asked for.
+    pub async fn requested(&self) {
+        let mut level = self.level.subscribe();
+        let _ = level.wait_for(|level| *level != StopLevel::Run).await;
+    }
+
+    /// Resolves once a stop *at once* is asked for.
+    pub async fn requested_now(&self) {
+        let mut level = self.level.subscribe();
+        let _ = level.wait_for(|level| matches!(level, StopLevel::Now { .. })).await;
     }
 }
 

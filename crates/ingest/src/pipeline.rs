@@ -7,13 +7,15 @@
 use crate::begin::begin;
 use crate::discover::{classify, walk};
 use crate::drive::{drive, FileReading};
+use crate::finish::finish_settled;
 use crate::lock::IngestLock;
 use crate::review::review_entries;
 use crate::workers::ImageWorkers;
-use crate::{IngestError, IngestOptions, IngestProgress, IngestSummary};
-use opledger_engine::{CommandContext, Engine};
+use crate::{IngestError, IngestOptions, IngestProgress, IngestSummary, Interrupted};
+use opledger_engine::{CommandContext, Engine, IngestionClaim};
 use opledger_media::Settler;
 use opledger_store::Store;
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
@@ -37,29 +39,88 @@ pub async fn declare_kinds<S: Store>(engine: &Engine<S>, context: &CommandContex
     Ok(())
 }
 
-/// Runs one ingest of `options.root` to the end.
+/// Runs one ingest of `options.root` to the end, or until a stop is asked
+/// for (`options.stop`: then the summary says what was left).
 pub async fn ingest<S: Store>(
     engine: Engine<S>,
     options: IngestOptions,
     progress: Arc<dyn IngestProgress>,
 ) -> Result<IngestSummary, IngestError> {
     let started = Instant::now();
-    let run = Run::prepare(&engine, &options)?;
+    let stop = options.stop.clone();
+    let mut run = Run::prepare(&engine, &options)?;
 
     // 0. The kinds this pipeline runs, declared (an unchanged declaration
     // appends nothing).
     declare_kinds(&engine, &run.context).await?;
 
     // 1. Walk, and compare with what the ledger knows.
-    let files = walk(&run.root, &run.exclude)?;
-    let classified = classify(&engine, &run.root, &files).await?;
-    let (new, changed, unchanged) = (classified.new, classified.changed, classified.unchanged.len());
-    progress.started(files.len(), unchanged);
-    tracing::info!(
-        elapsed_ms = started.elapsed().as_millis() as u64,
-        files = files.len(),
-        "walked"
+    let walked = walk(&run.root, &run.exclude)?;
+    let classified = classify(&engine, &run.root, &walked).await?;
+    let files = walked.files.len();
+    let (new, changed, resumed, unchanged) = (
+        classified.new,
+        classified.changed,
+        classified.resumed,
+        classified.unchanged.len(),
     );
+    tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, files, "walked");
+    // The task claims of earlier runs that ended without releasing them
+    // (killed) are dead: this run holds the lock now. Released at once, so
+    // their tasks do not wait for their leases to expire.
+    let dead: BTreeSet<String> = run
+        .lock
+        .previous_holders()
+        .iter()
+        .cloned()
+        .chain(classified.dead_workers.iter().cloned())
+        .filter(|worker| *worker != run.worker)
+        .collect();
+    if !dead.is_empty() {
+        let dead: Vec<String> = dead.into_iter().collect();
+        let released = engine
+            .release_claims_of(
+                &run.context,
+                &dead,
+                "the ingest run holding it ended without releasing it",
+            )
+            .await?;
+        tracing::info!(runs = ?dead, ?released, "released the claims of ingest runs that died");
+    }
+    run.lock
+        .record(std::slice::from_ref(&run.worker))
+        .map_err(|error| IngestError::Io(format!("recording the ingest in {}: {error}", run.lock.path.display())))?;
+    progress.started(files, unchanged);
+
+    let summary = |batch_id, operations_created, failed, missing, unreadable_folders, tasks_run| IngestSummary {
+        batch_id,
+        files,
+        new,
+        unchanged,
+        changed,
+        resumed,
+        failed,
+        missing,
+        unreadable_folders,
+        operations_created,
+        review_entries: Vec::new(),
+        tasks_run,
+        wall_seconds: 0.0,
+        interrupted: None,
+    };
+    if let Some(by) = stop.requested_by() {
+        // Asked to stop before anything began: nothing is held.
+        run.clear_record()?;
+        progress.finished();
+        let mut summary = summary(None, 0, 0, 0, 0, 0);
+        summary.interrupted = Some(Interrupted {
+            by,
+            files_left: files - unchanged,
+            tasks_interrupted: 0,
+        });
+        summary.wall_seconds = started.elapsed().as_secs_f64();
+        return Ok(summary);
+    }
 
     // 2. Start ingestions, record the gone, and the batch over the folder.
     let begun = begin(&engine, &run, options.batch_name.as_deref(), classified).await?;
@@ -85,33 +146,74 @@ pub async fn ingest<S: Store>(
         unchanged,
         progress.as_ref(),
         &known_paths,
+        &stop,
     )
     .await;
-    let stopped = workers.stop().await?;
+    let stopping = driven
+        .as_ref()
+        .is_ok_and(|driven| !driven.in_flight.is_empty() || !driven.unread.is_empty());
+    let stopped = if stopping {
+        workers.stop_within(options.stop_grace, stop.requested_now()).await?
+    } else {
+        workers.stop().await?
+    };
     tracing::info!(
         elapsed_ms = started.elapsed().as_millis() as u64,
         pool_report = ?stopped.report,
-        "every file settled"
+        "the image workers stopped"
     );
-    let driven = driven?;
-    tracing::debug!(pool_report = ?stopped.report, "worker pool finished");
+    let mut driven = driven?;
 
-    // 5. What needs a person, among this folder's files.
+    // 5. Stopped early: finish the files whose tasks settled meanwhile, and
+    // release the rest for the next run.
+    let mut interrupted = None;
+    if stopping {
+        let finished = finish_settled(&engine, &run.context, &mut driven.in_flight).await?;
+        driven.tally.settled += finished.done;
+        driven.tally.failed += finished.failed;
+        let by = stop.requested_by().unwrap_or_else(|| "a stop request".into());
+        let cause = format!("the ingest was stopped ({by})");
+        let left: Vec<IngestionClaim> = driven
+            .in_flight
+            .drain(..)
+            .map(|file| file.claim)
+            .chain(driven.unread.drain(..))
+            .collect();
+        for chunk in left.chunks(CHUNK) {
+            engine.release_ingestions(&run.context, chunk.to_vec(), &cause).await?;
+        }
+        // Twice: a claim the pool sent before it was dropped commits before
+        // the first pass's write, and is seen by the second pass's read.
+        let mut tasks_interrupted = 0;
+        for _ in 0..2 {
+            let released = engine
+                .release_claims_of(&run.context, std::slice::from_ref(&run.worker), &cause)
+                .await?;
+            tasks_interrupted += released.interrupted;
+        }
+        interrupted = Some(Interrupted {
+            by,
+            files_left: files.saturating_sub(driven.tally.settled),
+            tasks_interrupted,
+        });
+    }
+    run.clear_record()?;
+
+    // 6. What needs a person, among this folder's files.
     let review_entries = review_entries(&engine, &run.root).await?;
     progress.finished();
-    Ok(IngestSummary {
-        batch_id: begun.batch_id,
-        files: files.len(),
-        new,
-        unchanged,
-        changed,
-        failed: driven.failed,
-        missing: begun.missing,
-        operations_created: begun.operations_created + driven.tasks_created,
-        review_entries,
-        tasks_run: stopped.tasks_run,
-        wall_seconds: started.elapsed().as_secs_f64(),
-    })
+    let mut summary = summary(
+        begun.batch_id,
+        begun.operations_created + driven.tally.tasks_created,
+        driven.tally.failed,
+        begun.missing,
+        begun.unreadable_folders,
+        stopped.tasks_run,
+    );
+    summary.review_entries = review_entries;
+    summary.interrupted = interrupted;
+    summary.wall_seconds = started.elapsed().as_secs_f64();
+    Ok(summary)
 }
 
 /// What a run holds from its start to its end: the folder, the lock, and
@@ -124,7 +226,7 @@ pub(crate) struct Run {
     /// The worker name of this run's ingestions and image workers.
     pub worker: String,
     pub context: CommandContext,
-    _lock: IngestLock,
+    lock: IngestLock,
 }
 
 impl Run {
@@ -163,7 +265,15 @@ impl Run {
             exclude,
             worker,
             context,
-            _lock: lock,
+            lock,
         })
+    }
+
+    /// Records that this run holds nothing any more (its claims are
+    /// released or finished).
+    fn clear_record(&mut self) -> Result<(), IngestError> {
+        self.lock
+            .record(&[])
+            .map_err(|error| IngestError::Io(format!("recording the ingest in {}: {error}", self.lock.path.display())))
     }
 }

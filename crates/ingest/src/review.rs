@@ -10,7 +10,7 @@ use std::path::Path;
 /// The open review entries of files under `root`: entries that name a
 /// path under it, or the media item at such a path.
 pub(crate) async fn review_entries<S: Store>(engine: &Engine<S>, root: &Path) -> Result<Vec<ReviewEntry>, IngestError> {
-    let root_text = root.display().to_string();
+    let root_text = opledger_media::path_text(root);
     let under_root = |path: &str| Path::new(path).starts_with(&root_text);
     let entries = engine.review_entries().await?;
     // Entries that name no path name their media item: the item's path

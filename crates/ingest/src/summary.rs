@@ -22,13 +22,23 @@ pub struct IngestSummary {
     pub batch_id: Option<BatchId>,
     /// Files found in the folder.
     pub files: usize,
+    /// Files the ledger had no media item for.
     pub new: usize,
+    /// Files whose last ingestion matches them (same size and modification
+    /// time): nothing to do.
     pub unchanged: usize,
+    /// Files with a media item whose last ingestion no longer matches them.
     pub changed: usize,
-    /// Files whose image tasks failed for good.
+    /// Files whose ingestion an earlier run left unfinished (stopped or
+    /// killed): taken over where it was.
+    pub resumed: usize,
+    /// Files that could not be read or whose image tasks failed for good.
     pub failed: usize,
     /// Files recorded as gone from disk since the last run.
     pub missing: usize,
+    /// Folders that could not be read, recorded by this run (each a review
+    /// entry; the walk went on without them).
+    pub unreadable_folders: usize,
     /// Operations this run created (ingestions and tasks).
     pub operations_created: usize,
     /// Open review entries of this folder's files.
@@ -36,6 +46,20 @@ pub struct IngestSummary {
     /// Image task executions in this run.
     pub tasks_run: u64,
     pub wall_seconds: f64,
+    /// Set when a stop was asked for and the run ended early.
+    pub interrupted: Option<Interrupted>,
+}
+
+/// What an ingest stopped early left for the next run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Interrupted {
+    /// Who asked it to stop (`SIGINT`, `SIGTERM`).
+    pub by: String,
+    /// Files of the folder not settled: the next ingest takes them over.
+    pub files_left: usize,
+    /// Task claims interrupted and queued again (tasks that were running
+    /// when the run stopped).
+    pub tasks_interrupted: u64,
 }
 
 #[derive(Debug, Error)]

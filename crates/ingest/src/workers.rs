@@ -39,7 +39,8 @@ pub(crate) struct ImageWorkers {
 
 /// What the pool did, once stopped.
 pub(crate) struct WorkersStopped {
-    pub report: PoolReport,
+    /// What the pool reported, unless it was dropped before its end.
+    pub report: Option<PoolReport>,
     /// Image task executions.
     pub tasks_run: u64,
 }
@@ -68,7 +69,7 @@ impl ImageWorkers {
                 engine
                     .media(media_id)
                     .await
-                    .map(|media| PathBuf::from(media.path))
+                    .map(|media| opledger_media::text_path(&media.path))
                     .map_err(|error| TaskError::retryable(format!("finding media {media_id}: {error}")))
             }
         });
@@ -125,6 +126,36 @@ impl ImageWorkers {
             .running
             .await
             .map_err(|error| IngestError::Io(format!("the worker pool panicked: {error}")))??;
+        Ok(WorkersStopped {
+            report: Some(report),
+            tasks_run: self.executions.load(Ordering::SeqCst),
+        })
+    }
+
+    /// Stops claiming and lets running tasks finish, until `grace` has
+    /// passed or `now` resolves; then the tasks still running are dropped
+    /// (their claims stay held: the caller releases them). The answer's
+    /// `report` is `None` when tasks were dropped.
+    pub(crate) async fn stop_within(
+        self,
+        grace: Duration,
+        now: impl std::future::Future<Output = ()>,
+    ) -> Result<WorkersStopped, IngestError> {
+        let _ = self.stop.send(());
+        let mut running = self.running;
+        let report = tokio::select! {
+            finished = &mut running => Some(
+                finished.map_err(|error| IngestError::Io(format!("the worker pool panicked: {error}")))??,
+            ),
+            () = tokio::time::sleep(grace) => None,
+            () = now => None,
+        };
+        if report.is_none() {
+            // Dropping the pool drops its jobs; outcomes already handed to
+            // its reporter are still written.
+            running.abort();
+            let _ = running.await;
+        }
         Ok(WorkersStopped {
             report,
             tasks_run: self.executions.load(Ordering::SeqCst),

@@ -42,6 +42,7 @@ pub mod hash;
 pub mod image_ops;
 mod jpeg;
 mod jpeg_scan;
+pub mod paths;
 pub mod samples;
 pub mod settle;
 pub mod tasks;
@@ -57,6 +58,7 @@ pub use image_ops::{
     encode_image, format_name, image_metadata, read_metadata, shrink, thumbnail, thumbnail_size, ImageMetadata,
     ThumbnailFormat,
 };
+pub use paths::{path_text, text_path};
 pub use samples::{generate_samples, generate_samples_with, SampleOptions, SampleSet};
 pub use settle::{file_state, is_settled, FileState, SettleClock, SettleError, Settled, Settler, SystemSettleClock};
 pub use tasks::{

@@ -328,7 +328,12 @@ fn change_operation(next: &mut OperationRow, event: &EventEnvelope) {
             next.processed = Some(progress.processed);
             next.total = progress.total;
         }
-        Event::OperationStageChanged(changed) => next.stage = Some(changed.stage),
+        Event::OperationStageChanged(changed) => {
+            next.stage = Some(changed.stage);
+            if let Some(inputs) = &changed.inputs {
+                next.inputs = super::json_text(inputs);
+            }
+        }
         Event::OperationSucceeded(_) => next.clear_claim(),
         Event::OperationFailed(failed) => {
             next.clear_claim();
@@ -467,6 +472,7 @@ mod tests {
             Event::OperationStageChanged(OperationStageChanged {
                 operation_id,
                 stage: IngestionStage::Hashing,
+                inputs: None,
             }),
         );
         MediaOperations.apply(&forward, &mut rows).unwrap();
@@ -475,6 +481,7 @@ mod tests {
             Event::OperationStageChanged(OperationStageChanged {
                 operation_id,
                 stage: IngestionStage::Settling,
+                inputs: None,
             }),
             Event::OperationStarted(OperationStarted {
                 operation_id,

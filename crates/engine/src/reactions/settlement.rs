@@ -4,7 +4,7 @@
 
 use super::follows;
 use crate::error::EngineError;
-use opledger_domain::batches::{settled_outcome, ItemOutcome};
+use opledger_domain::batches::{ingestion_failures, settled_outcome, ItemOutcome};
 use opledger_domain::events::{BatchItemSettled, Event};
 use opledger_domain::projections::{operation_key, Cell, OperationRow, Row, WorkingSet, BATCH_ITEMS_TABLE};
 use opledger_domain::{BatchId, EventEnvelope, NewEvent, OperationId, StreamId};
@@ -47,6 +47,10 @@ pub(super) async fn batch_settlements<T: WriteTx>(
         let Some(outcome) = settled_outcome(operation.status) else {
             continue;
         };
+        let (outcome, reason) = match ingestion_failures(&operation.kind, &envelope.event) {
+            Some(failures) => (ItemOutcome::Failed, Some(failures)),
+            None => (outcome, settlement_reason(outcome, operation)),
+        };
         by_batch.entry(item.batch_id).or_default().push(follows(
             envelope,
             Event::BatchItemSettled(BatchItemSettled {
@@ -54,7 +58,7 @@ pub(super) async fn batch_settlements<T: WriteTx>(
                 operation_id: item.operation_id,
                 outcome: outcome.as_str().to_string(),
                 status: operation.status,
-                reason: settlement_reason(outcome, operation),
+                reason,
             }),
         ));
     }

@@ -13,6 +13,7 @@ use opledger_domain::events::Event;
 use opledger_domain::lease::lease_end;
 use opledger_domain::tasks::RetryPolicy;
 use opledger_domain::work;
+use opledger_domain::Timestamp;
 use opledger_store::{ExpiredClaim, Store, WriteTx};
 use std::collections::BTreeSet;
 use std::future::Future;
@@ -57,13 +58,50 @@ impl<S: Store> Engine<S> {
         context: &CommandContext,
         hook: Option<&RecoveryHook>,
     ) -> Result<RecoveryReport, EngineError> {
-        let mut report = RecoveryReport::default();
         let now = self.clock.now();
+        self.interrupt_claims(context, now, hook, &Gone::Expired { now }).await
+    }
+
+    /// Interrupts at once every claim held by one of `workers`, whatever
+    /// its lease, then requeues, cancels or fails each per its kind's
+    /// policy, as recovery does; `cause` says why, on each timeline. The
+    /// caller must know those workers run no more: a process stopping its
+    /// own workers, or one that holds a lock its previous holder held (the
+    /// ingest lock), whose claims are then dead without waiting for their
+    /// leases to expire. A claim completed in the meantime is left alone.
+    pub async fn release_claims_of(
+        &self,
+        context: &CommandContext,
+        workers: &[String],
+        cause: &str,
+    ) -> Result<RecoveryReport, EngineError> {
+        if workers.is_empty() {
+            return Ok(RecoveryReport::default());
+        }
+        let gone = Gone::Workers {
+            workers: workers.iter().cloned().collect(),
+            cause: cause.to_string(),
+        };
+        // Every held claim's lease ends before the end of time: the held
+        // claims are read through the same index as expired ones.
+        self.interrupt_claims(context, Timestamp::MAX, None, &gone).await
+    }
+
+    /// Interrupts the held claims, read as ending before `until`, that
+    /// `gone` finds dead.
+    async fn interrupt_claims(
+        &self,
+        context: &CommandContext,
+        until: Timestamp,
+        hook: Option<&RecoveryHook>,
+        gone: &Gone,
+    ) -> Result<RecoveryReport, EngineError> {
+        let mut report = RecoveryReport::default();
         let mut seen: BTreeSet<String> = BTreeSet::new();
         loop {
             let candidates: Vec<ExpiredClaim> = self
                 .store
-                .expired_claims(now, RECOVERY_BATCH)
+                .expired_claims(until, RECOVERY_BATCH)
                 .await?
                 .into_iter()
                 .filter(|candidate| !seen.contains(&candidate.claim_token))
@@ -76,6 +114,7 @@ impl<S: Store> Engine<S> {
                 hook(candidates.clone()).await;
             }
             let stamp = self.stamp(context);
+            let gone = gone.clone();
             let batch = self
                 .command(move |tx, rows| {
                     Box::pin(async move {
@@ -89,19 +128,32 @@ impl<S: Store> Engine<S> {
                                 batch.skipped += 1;
                                 continue;
                             };
-                            let lease = tx.lease(&candidate.claim_token).await?;
-                            let extended = lease.map(|lease| lease.lease_expires_at);
-                            let ends = lease_end(state.lease_expires_at, extended).unwrap_or(now);
-                            if ends >= now {
-                                batch.skipped += 1;
-                                continue;
-                            }
+                            let cause = match &gone {
+                                Gone::Expired { now } => {
+                                    let lease = tx.lease(&candidate.claim_token).await?;
+                                    let extended = lease.map(|lease| lease.lease_expires_at);
+                                    let ends = lease_end(state.lease_expires_at, extended).unwrap_or(*now);
+                                    if ends >= *now {
+                                        batch.skipped += 1;
+                                        continue;
+                                    }
+                                    format!("lease expired at {ends}")
+                                }
+                                Gone::Workers { workers, cause } => {
+                                    // Claims of other workers are not ours to
+                                    // judge, and are not counted.
+                                    if !state.worker.as_ref().is_some_and(|worker| workers.contains(worker)) {
+                                        continue;
+                                    }
+                                    cause.clone()
+                                }
+                            };
                             let kinds = load_kinds(tx, rows, [state.task_kind.as_str()]).await?;
                             let policy = kinds
                                 .get(&state.task_kind)
                                 .and_then(|row| row.declaration.as_ref())
                                 .map_or(RetryPolicy::DEFAULT, |declaration| declaration.retry);
-                            let events = work::decide_interrupt(&state, &policy, ends)?;
+                            let events = work::decide_interrupt_because(&state, &policy, &cause)?;
                             batch.interrupted += 1;
                             match events.last() {
                                 Some(Event::OperationRequeued(_)) => batch.requeued += 1,
@@ -123,4 +175,13 @@ impl<S: Store> Engine<S> {
             report.skipped += batch.skipped;
         }
     }
+}
+
+/// Which held claims an interrupting pass finds dead.
+#[derive(Clone)]
+enum Gone {
+    /// Those whose lease (extended by heartbeats) ended before `now`.
+    Expired { now: Timestamp },
+    /// Those held by one of `workers`, whatever their lease.
+    Workers { workers: BTreeSet<String>, cause: String },
 }
