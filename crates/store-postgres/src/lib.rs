@@ -72,6 +72,7 @@ mod config;
 pub mod databases;
 mod ddl;
 mod error;
+mod page;
 mod rows;
 mod scratch;
 pub mod tx;
@@ -86,7 +87,9 @@ use futures::stream::BoxStream;
 use opledger_domain::projections::{all_specs, Cell, ColumnType, Row, TableSpec};
 use opledger_domain::{EventEnvelope, StreamId, Timestamp};
 use opledger_store::group_commit::WorkPiece;
-use opledger_store::{log, positions, BoxFuture, ExpiredClaim, Lease, ProjectionState, Store, StoreError};
+use opledger_store::{
+    log, positions, BoxFuture, ExpiredClaim, Lease, Page, PageQuery, ProjectionState, Store, StoreError,
+};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, PgConnection, PgPool, Row as _};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -428,6 +431,11 @@ impl Store for PostgresStore {
     ) -> Result<Vec<Row>, StoreError> {
         let mut connection = self.read_connection().await?;
         rows::find_in(&mut connection, table, ddl::Copy::Live, column, values).await
+    }
+
+    async fn page_rows(&self, query: &PageQuery) -> Result<Page, StoreError> {
+        let mut connection = self.read_connection().await?;
+        page::page_rows(&mut connection, query).await
     }
 
     async fn lease(&self, claim_token: &str) -> Result<Option<Lease>, StoreError> {

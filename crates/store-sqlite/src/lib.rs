@@ -21,6 +21,7 @@
 mod config;
 mod ddl;
 mod error;
+mod page;
 mod rows;
 mod scratch;
 mod sqlx_handle;
@@ -37,7 +38,9 @@ use futures::stream::BoxStream;
 use opledger_domain::projections::{Cell, Row, TableSpec};
 use opledger_domain::{EventEnvelope, StreamId, Timestamp};
 use opledger_store::group_commit::WorkPiece;
-use opledger_store::{log, positions, BoxFuture, ExpiredClaim, Lease, ProjectionState, Store, StoreError};
+use opledger_store::{
+    log, positions, BoxFuture, ExpiredClaim, Lease, Page, PageQuery, ProjectionState, Store, StoreError,
+};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
 use sqlx::{ConnectOptions, Connection, Row as _, SqliteConnection};
 use std::sync::Arc;
@@ -444,6 +447,16 @@ impl Store for SqliteStore {
             .await
             .map_err(|error| error::map(error, "opening a read connection"))?;
         rows::find_in(&mut connection, table, ddl::Copy::Live, column, values).await
+    }
+
+    async fn page_rows(&self, query: &PageQuery) -> Result<Page, StoreError> {
+        let mut connection = self
+            .inner
+            .readers
+            .acquire()
+            .await
+            .map_err(|error| error::map(error, "opening a read connection"))?;
+        page::page_rows(&mut connection, query).await
     }
 
     async fn lease(&self, claim_token: &str) -> Result<Option<Lease>, StoreError> {
