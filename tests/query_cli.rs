@@ -64,7 +64,10 @@ fn all_pages(dir: &Path, args: &[&str], limit: usize) -> Vec<Value> {
 }
 
 fn ids(items: &[Value], key: &str) -> Vec<String> {
-    items.iter().map(|item| item[key].as_str().unwrap().to_string()).collect()
+    items
+        .iter()
+        .map(|item| item[key].as_str().unwrap().to_string())
+        .collect()
 }
 
 #[test]
@@ -153,7 +156,10 @@ fn operators_page_operations_newest_first_with_filters_and_batches_with_their_it
         "no operation twice"
     );
     let times: Vec<&str> = every.iter().map(|item| item["created_at"].as_str().unwrap()).collect();
-    assert!(times.windows(2).all(|pair| pair[0] >= pair[1]), "newest first: {times:?}");
+    assert!(
+        times.windows(2).all(|pair| pair[0] >= pair[1]),
+        "newest first: {times:?}"
+    );
     assert_eq!(
         ids(&all_pages(dir, &["ops", "list"], 1_000), "operation_id"),
         every_ids,
@@ -167,7 +173,16 @@ fn operators_page_operations_newest_first_with_filters_and_batches_with_their_it
     let media_id = failed[0]["media_id"].as_str().unwrap();
     let on_item = all_pages(
         dir,
-        &["ops", "list", "--media", media_id, "--kind", "thumbnail", "--kind", "metadata"],
+        &[
+            "ops",
+            "list",
+            "--media",
+            media_id,
+            "--kind",
+            "thumbnail",
+            "--kind",
+            "metadata",
+        ],
         1,
     );
     assert_eq!(on_item.len(), 2);
@@ -223,8 +238,21 @@ fn bad_listing_flags_exit_2_naming_the_flag_and_an_unknown_path_exits_4() {
         (vec!["ops", "list", "--media", "not-an-id"], "--media"),
         (vec!["ops", "list", "--limit", "0"], "--limit"),
         (vec!["ops", "list", "--limit", "1001"], "--limit"),
-        (vec!["media", "list", "--capability-status", "succeeded"], "--capability"),
-        (vec!["media", "list", "--capability", "thumbnail", "--capability-status", "done"], "--capability-status"),
+        (
+            vec!["media", "list", "--capability-status", "succeeded"],
+            "--capability",
+        ),
+        (
+            vec![
+                "media",
+                "list",
+                "--capability",
+                "thumbnail",
+                "--capability-status",
+                "done",
+            ],
+            "--capability-status",
+        ),
         (vec!["review", "list", "--after", media_cursor.as_str()], "--after"),
         (vec!["batch", "list", "--after", "%%"], "--after"),
     ] {

@@ -130,7 +130,13 @@ async fn library<S: Store>(lab: &Lab<S>) -> Library {
         let kind = if index % 3 == 2 { "video" } else { "image" };
         let id = lab
             .engine
-            .register_media(&lab.context, path, kind, Some(format!("sha256:{index:064x}")), Some(100 + index as i64))
+            .register_media(
+                &lab.context,
+                path,
+                kind,
+                Some(format!("sha256:{index:064x}")),
+                Some(100 + index as i64),
+            )
             .await
             .unwrap();
         media.push(id);
@@ -214,9 +220,7 @@ async fn all_media<S: Store>(engine: &Engine<S>, filter: &MediaFilter, limit: us
     panic!("the listing never ended");
 }
 
-async fn operations_are_listed_newest_first_with_every_filter_exactly_as_whole_tables_answer<B: Backend>(
-    backend: &B,
-) {
+async fn operations_are_listed_newest_first_with_every_filter_exactly_as_whole_tables_answer<B: Backend>(backend: &B) {
     let lab = lab(backend).await;
     let library = library(&lab).await;
     let operations = lab.operations().await;
@@ -312,7 +316,9 @@ async fn operations_are_listed_newest_first_with_every_filter_exactly_as_whole_t
                 (filter.statuses.is_empty() || filter.statuses.contains(&operation.status))
                     && (filter.kinds.is_empty() || filter.kinds.contains(&operation.kind))
                     && filter.media.is_none_or(|media| operation.media_id == Some(media))
-                    && filter.batch.is_none_or(|_| in_batch.contains_key(&operation.operation_id))
+                    && filter
+                        .batch
+                        .is_none_or(|_| in_batch.contains_key(&operation.operation_id))
                     && filter.since.is_none_or(|since| operation.created_at >= since)
                     && filter.until.is_none_or(|until| operation.created_at < until)
                     && filter
@@ -325,7 +331,7 @@ async fn operations_are_listed_newest_first_with_every_filter_exactly_as_whole_t
             // A batch's operations: last item first.
             expected.sort_by_key(|operation| std::cmp::Reverse(in_batch[&operation.operation_id]));
         } else {
-            expected.sort_by(|a, b| (b.created_at, b.operation_id).cmp(&(a.created_at, a.operation_id)));
+            expected.sort_by_key(|row| std::cmp::Reverse((row.created_at, row.operation_id)));
         }
         let expected: Vec<OperationId> = expected.iter().map(|operation| operation.operation_id).collect();
         assert!(
@@ -372,9 +378,9 @@ async fn media_items_are_listed_by_path_bytes_with_kind_prefix_and_capability_fi
         })
         .collect();
     let has = |id: MediaId, capability: &str, statuses: &[CapabilityStatus]| {
-        capabilities
-            .iter()
-            .any(|(media, name, status)| *media == id && name == capability && (statuses.is_empty() || statuses.contains(status)))
+        capabilities.iter().any(|(media, name, status)| {
+            *media == id && name == capability && (statuses.is_empty() || statuses.contains(status))
+        })
     };
     let filters = vec![
         MediaFilter::default(),
@@ -416,7 +422,10 @@ async fn media_items_are_listed_by_path_bytes_with_kind_prefix_and_capability_fi
             .iter()
             .filter(|(path, id, kind)| {
                 filter.kind.as_ref().is_none_or(|wanted| wanted == kind)
-                    && filter.path_prefix.as_ref().is_none_or(|prefix| path.starts_with(prefix.as_str()))
+                    && filter
+                        .path_prefix
+                        .as_ref()
+                        .is_none_or(|prefix| path.starts_with(prefix.as_str()))
                     && filter
                         .capability
                         .as_ref()
@@ -463,18 +472,26 @@ async fn a_media_item_shows_its_capabilities_operations_batches_review_and_thumb
         Some(format!("thumbs/{}.png", thumbnailed.operation_id)),
         "the thumbnail task's output"
     );
-    let kinds: BTreeSet<&str> = by_id.capabilities.iter().map(|capability| capability.capability.as_str()).collect();
+    let kinds: BTreeSet<&str> = by_id
+        .capabilities
+        .iter()
+        .map(|capability| capability.capability.as_str())
+        .collect();
     assert_eq!(kinds, BTreeSet::from(["metadata", "perceptual_hash", "thumbnail"]));
     let expected: Vec<OperationId> = {
         let mut own: Vec<&OperationRow> = operations
             .iter()
             .filter(|operation| operation.media_id == Some(media_id))
             .collect();
-        own.sort_by(|a, b| (b.created_at, b.operation_id).cmp(&(a.created_at, a.operation_id)));
+        own.sort_by_key(|row| std::cmp::Reverse((row.created_at, row.operation_id)));
         own.iter().map(|operation| operation.operation_id).collect()
     };
     assert_eq!(
-        by_id.operations.iter().map(|operation| operation.operation_id).collect::<Vec<_>>(),
+        by_id
+            .operations
+            .iter()
+            .map(|operation| operation.operation_id)
+            .collect::<Vec<_>>(),
         expected
     );
     assert_eq!(by_id.batches.len(), 1);
@@ -514,7 +531,10 @@ async fn a_media_item_shows_its_capabilities_operations_batches_review_and_thumb
     assert_eq!(latest.others_at_path, vec![media_id]);
 
     // Unknown items are not found, by id and by path.
-    for unknown in [MediaRef::Id(MediaId(uuid::Uuid::from_u128(u128::MAX))), MediaRef::Path("/nowhere".into())] {
+    for unknown in [
+        MediaRef::Id(MediaId(uuid::Uuid::from_u128(u128::MAX))),
+        MediaRef::Path("/nowhere".into()),
+    ] {
         let error = lab.engine.media_detail(&unknown).await.unwrap_err();
         assert!(
             matches!(error, EngineError::Domain(DomainError::NotFound { .. })),
@@ -564,7 +584,10 @@ async fn review_entries_batches_and_batch_items_page_through_every_row_once<B: B
         let answer = lab.engine.review_page(&page).await.unwrap();
         for view in &answer.items {
             listed.push(view.entry.entry_id);
-            assert!(view.path.as_deref().is_some_and(|path| PATHS.contains(&path)), "{view:?}");
+            assert!(
+                view.path.as_deref().is_some_and(|path| PATHS.contains(&path)),
+                "{view:?}"
+            );
         }
         match answer.next {
             Some(next) => page.after = Some(next),
@@ -587,7 +610,7 @@ async fn review_entries_batches_and_batch_items_page_through_every_row_once<B: B
             _ => None,
         })
         .collect();
-    batches.sort_by(|a, b| (b.0, b.1).cmp(&(a.0, a.1)));
+    batches.sort_by_key(|row| std::cmp::Reverse((row.0, row.1)));
     for active in [false, true] {
         let expected: Vec<BatchId> = batches
             .iter()
@@ -640,10 +663,13 @@ async fn bad_pages_and_filters_are_refused_and_unknown_batches_and_items_not_fou
             .unwrap_err();
         assert!(invalid(error.clone()), "{error}");
     }
-    let media_cursor = encode_cursor(Listing::Media, &[
-        opledger_domain::projections::Cell::Text("/x".into()),
-        opledger_domain::projections::Cell::Uuid(uuid::Uuid::nil()),
-    ]);
+    let media_cursor = encode_cursor(
+        Listing::Media,
+        &[
+            opledger_domain::projections::Cell::Text("/x".into()),
+            opledger_domain::projections::Cell::Uuid(uuid::Uuid::nil()),
+        ],
+    );
     for after in ["%%%".to_string(), "W10".to_string(), media_cursor, "x".repeat(10_000)] {
         let page = PageRequest {
             limit: 5,
@@ -669,7 +695,12 @@ async fn bad_pages_and_filters_are_refused_and_unknown_batches_and_items_not_fou
         capability_statuses: vec![CapabilityStatus::Stale],
         ..MediaFilter::default()
     };
-    assert!(invalid(lab.engine.list_media(&orphan, &PageRequest::default()).await.unwrap_err()));
+    assert!(invalid(
+        lab.engine
+            .list_media(&orphan, &PageRequest::default())
+            .await
+            .unwrap_err()
+    ));
     let not_found = |error: EngineError| matches!(error, EngineError::Domain(DomainError::NotFound { .. }));
     let nobody = uuid::Uuid::from_u128(u128::MAX);
     for filter in [

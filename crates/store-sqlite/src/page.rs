@@ -241,7 +241,6 @@ mod tests {
         TableSpec, BATCHES_TABLE, BATCH_ITEMS_TABLE, MEDIA_TABLE, OPERATIONS_TABLE, REVIEW_TABLE,
     };
     use opledger_domain::Timestamp;
-    use opledger_store::Store;
     use sqlx::Row as _;
     use uuid::Uuid;
 
@@ -298,7 +297,9 @@ mod tests {
             vec![at.clone(), id.clone()],
         );
         let mut by_status = operations.clone();
-        by_status.any_of.push(("status", vec![text("failed_terminal"), text("blocked")]));
+        by_status
+            .any_of
+            .push(("status", vec![text("failed_terminal"), text("blocked")]));
         by_status.any_of.push(("worker", vec![text("w-1")]));
         by_status.walk = 2_000;
         let mut in_time = by_status.clone();
@@ -361,7 +362,11 @@ mod tests {
         ] {
             let details = plans(&mut connection, query).await;
             for detail in &details {
-                assert!(!detail.contains("TEMP B-TREE"), "{}: sorts: {details:?}", query.table.name);
+                assert!(
+                    !detail.contains("TEMP B-TREE"),
+                    "{}: sorts: {details:?}",
+                    query.table.name
+                );
                 assert!(
                     detail.contains(index),
                     "{}: expected a walk of {index}: {details:?}",

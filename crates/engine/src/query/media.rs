@@ -226,7 +226,7 @@ impl<S: Store> Engine<S> {
             }
         }
         let mut operations: Vec<OperationRow> = operations.into_values().collect();
-        operations.sort_by(|a, b| (b.created_at, b.operation_id).cmp(&(a.created_at, a.operation_id)));
+        operations.sort_by_key(|row| std::cmp::Reverse((row.created_at, row.operation_id)));
         let ids: Vec<Cell> = operations
             .iter()
             .map(|operation| Cell::Uuid(operation.operation_id.0))
@@ -255,7 +255,7 @@ impl<S: Store> Engine<S> {
                     _ => None,
                 },
             );
-        batches.sort_by(|a, b| (b.created_at, b.batch_id).cmp(&(a.created_at, a.batch_id)));
+        batches.sort_by_key(|row| std::cmp::Reverse((row.created_at, row.batch_id)));
         let batches = batches
             .into_iter()
             .map(|batch| BatchMembership {
@@ -301,7 +301,7 @@ impl<S: Store> Engine<S> {
                 _ => None,
             },
         );
-        items.sort_by(|a, b| (b.registered_at, b.media_id).cmp(&(a.registered_at, a.media_id)));
+        items.sort_by_key(|row| std::cmp::Reverse((row.registered_at, row.media_id)));
         let mut items = items.into_iter();
         let Some(latest) = items.next() else {
             return Err(EngineError::not_found("media item at path", short(path)));
