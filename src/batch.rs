@@ -2,11 +2,12 @@
 //! glue from the command line to the engine, and what they print.
 
 use crate::cli::{BatchCommand, BatchCreateArgs, ReviewActionArg, ReviewCommand};
+use crate::query::{next_line, page_request};
 use crate::UsageError;
 use opledger_domain::projections::{BatchItemRow, BatchRow, CapabilityRow, ReviewRow};
 use opledger_domain::review::ReviewAction;
 use opledger_domain::MediaId;
-use opledger_engine::{BatchRequest, BatchSummary, BatchView, CommandContext, Engine};
+use opledger_engine::{BatchPage, BatchRequest, BatchSummary, BatchView, CommandContext, Engine, Listing};
 use opledger_store::Store;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -26,17 +27,29 @@ pub async fn batch<S: Store>(engine: &Engine<S>, command: &BatchCommand, as_json
             let view = engine.create_batch(&context, request).await?;
             show(&view, as_json);
         }
-        BatchCommand::Show { batch_id } => show(&engine.batch(*batch_id).await?, as_json),
-        BatchCommand::List { active } => {
-            let batches = engine.batches(*active).await?;
+        BatchCommand::Show { batch_id, page } => {
+            let page = engine
+                .batch_page(*batch_id, &page_request(page, Listing::BatchItems)?)
+                .await?;
+            show_page(&page, as_json);
+        }
+        BatchCommand::List { active, page } => {
+            let page = engine
+                .batch_list(*active, &page_request(page, Listing::Batches)?)
+                .await?;
             if as_json {
-                print_json(&Value::Array(batches.iter().map(batch_json).collect()));
-            } else if batches.is_empty() {
-                println!("no batches");
+                print_json(&json!({
+                    "items": page.items.iter().map(batch_json).collect::<Vec<_>>(),
+                    "next": page.next,
+                }));
             } else {
-                for batch in &batches {
+                if page.items.is_empty() {
+                    println!("no batches on this page");
+                }
+                for batch in &page.items {
                     println!("{}", progress_line(batch));
                 }
+                next_line(&page.next);
             }
         }
         BatchCommand::Cancel { batch_id, reason } => {
@@ -145,6 +158,41 @@ fn show(view: &BatchView, as_json: bool) {
     }
 }
 
+/// A batch and one page of its items: each item's operation and path.
+fn show_page(page: &BatchPage, as_json: bool) {
+    if as_json {
+        let mut value = batch_json(&page.batch);
+        value["items"] = Value::Array(
+            page.items
+                .items
+                .iter()
+                .map(|view| {
+                    let mut item = item_json(&view.item);
+                    item["path"] = json!(view.path);
+                    item
+                })
+                .collect(),
+        );
+        value["next"] = json!(page.items.next);
+        print_json(&value);
+        return;
+    }
+    println!("{}", progress_line(&page.batch));
+    for view in &page.items.items {
+        let item = &view.item;
+        println!(
+            "  {:<5} {}  {:<10} runs {}  {}  {}",
+            item.position,
+            item.operation_id,
+            item.outcome.map_or("-", |outcome| outcome.as_str()),
+            item.runs,
+            view.path.as_deref().unwrap_or(&item.label),
+            item.reason.as_deref().unwrap_or("")
+        );
+    }
+    next_line(&page.items.next);
+}
+
 fn review_json(entry: &ReviewRow) -> Value {
     json!({
         "entry_id": entry.entry_id,
@@ -166,27 +214,39 @@ fn review_json(entry: &ReviewRow) -> Value {
 
 pub async fn review<S: Store>(engine: &Engine<S>, command: &ReviewCommand, as_json: bool) -> anyhow::Result<()> {
     match command {
-        ReviewCommand::List => {
-            let entries = engine.review_entries().await?;
+        ReviewCommand::List(page) => {
+            let page = engine.review_page(&page_request(page, Listing::Review)?).await?;
             if as_json {
-                print_json(&Value::Array(entries.iter().map(review_json).collect()));
-            } else if entries.is_empty() {
-                println!("the review queue is empty");
+                let items: Vec<Value> = page
+                    .items
+                    .iter()
+                    .map(|view| {
+                        let mut entry = review_json(&view.entry);
+                        entry["path"] = json!(view.path);
+                        entry
+                    })
+                    .collect();
+                print_json(&json!({ "items": items, "next": page.next }));
             } else {
-                for entry in &entries {
+                if page.items.is_empty() && page.next.is_none() {
+                    println!("the review queue is empty");
+                }
+                for view in &page.items {
+                    let entry = &view.entry;
                     println!(
-                        "#{:<8} {:<16} {:<16} {}  {}",
+                        "#{:<8} {:<16} {:<16} {}  {}  {}",
                         entry.entry_id,
                         entry.reason_code,
                         entry.kind,
-                        entry
-                            .path
+                        entry.operation_id,
+                        view.path
                             .clone()
-                            .or_else(|| entry.media_id.map(|id| id.to_string()))
+                            .or_else(|| entry.media_id.map(|id| format!("media {id}")))
                             .unwrap_or_default(),
                         entry.detail.as_deref().unwrap_or("")
                     );
                 }
+                next_line(&page.next);
             }
         }
         ReviewCommand::Resolve(args) => {

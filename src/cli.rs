@@ -39,7 +39,13 @@ impl Command {
                 command: KindsCommand::List | KindsCommand::Show { .. },
             } => true,
             Command::Review {
-                command: ReviewCommand::List,
+                command: ReviewCommand::List(_),
+            } => true,
+            Command::Media {
+                command: MediaCommand::Show(_) | MediaCommand::List(_),
+            } => true,
+            Command::Ops {
+                command: OpsCommand::List(_),
             } => true,
             Command::Batch {
                 command: BatchCommand::Show { .. } | BatchCommand::List { .. },
@@ -71,10 +77,15 @@ pub enum Command {
     /// Rebuild every projection from the log into scratch tables (`--verify`
     /// compares them with the live ones), or repair the live ones (`--rebuild`).
     Replay(ReplayArgs),
-    /// The media registry.
+    /// The media registry: register, show and list media items.
     Media {
         #[command(subcommand)]
         command: MediaCommand,
+    },
+    /// Operations: list them newest first, filtered.
+    Ops {
+        #[command(subcommand)]
+        command: OpsCommand,
     },
     /// The application's task kinds: declare them from a TOML file, list and show them.
     Kinds {
@@ -229,6 +240,91 @@ pub enum MediaCommand {
         #[arg(long)]
         allow_duplicate_path: bool,
     },
+    /// A media item with its capabilities, operations, batches, open review
+    /// entries and thumbnail, by id or by path.
+    Show(MediaShowArgs),
+    /// Media items by path (bytewise), a page at a time.
+    List(MediaListArgs),
+}
+
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("item").required(true).args(["media_id", "path"])))]
+pub struct MediaShowArgs {
+    /// The media item's id.
+    pub media_id: Option<String>,
+    /// The item at this path (the latest registered, when several are).
+    #[arg(long)]
+    pub path: Option<String>,
+}
+
+/// Which page of a listing: `--limit` rows from where `--after` says.
+#[derive(Debug, Args)]
+pub struct PageArgs {
+    /// Rows on the page, 1 to 1000.
+    #[arg(long, default_value_t = opledger_engine::DEFAULT_PAGE_LIMIT, value_parser = page_limit, allow_negative_numbers = true)]
+    pub limit: usize,
+    /// Start after this cursor: the `next` of the page before.
+    #[arg(long, value_name = "CURSOR")]
+    pub after: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct MediaListArgs {
+    /// Only items of this media kind (e.g. `image`).
+    #[arg(long)]
+    pub kind: Option<String>,
+    /// Only items whose capability of this name ...
+    #[arg(long)]
+    pub capability: Option<String>,
+    /// ... is in this status (repeat for several; any status when absent).
+    #[arg(long = "capability-status", value_name = "STATUS", requires = "capability")]
+    pub capability_statuses: Vec<String>,
+    /// Only items whose path starts with this text (exact case).
+    #[arg(long)]
+    pub path_prefix: Option<String>,
+    #[command(flatten)]
+    pub page: PageArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum OpsCommand {
+    /// Operations newest first (with --batch: last item first), a page at a time.
+    List(OpsListArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct OpsListArgs {
+    /// Only operations in this status (repeat for several).
+    #[arg(long = "status", value_name = "STATUS")]
+    pub statuses: Vec<String>,
+    /// Only operations of this kind (repeat for several).
+    #[arg(long = "kind", value_name = "KIND")]
+    pub kinds: Vec<String>,
+    /// Only the items of this batch.
+    #[arg(long, value_name = "ID")]
+    pub batch: Option<String>,
+    /// Only operations on this media item.
+    #[arg(long, value_name = "ID")]
+    pub media: Option<String>,
+    /// Only operations created at or after this time (RFC 3339).
+    #[arg(long, value_name = "TIME")]
+    pub since: Option<String>,
+    /// Only operations created before this time (RFC 3339).
+    #[arg(long, value_name = "TIME")]
+    pub until: Option<String>,
+    /// Only operations this worker holds now.
+    #[arg(long)]
+    pub worker: Option<String>,
+    #[command(flatten)]
+    pub page: PageArgs,
+}
+
+fn page_limit(text: &str) -> Result<usize, String> {
+    let max = opledger_engine::MAX_PAGE_LIMIT;
+    match text.trim().parse::<i64>() {
+        Ok(limit) if (1..=max as i64).contains(&limit) => Ok(limit as usize),
+        _ => Err(format!("a page holds 1 to {max} rows")),
+    }
 }
 
 /// The work protocol. A worker claims tasks, heartbeats within its lease,
@@ -530,15 +626,19 @@ pub enum DocsCommand {
 pub enum BatchCommand {
     /// Request task kinds on media items as one batch; prints the batch.
     Create(BatchCreateArgs),
-    /// A batch's exact progress and its items.
+    /// A batch's exact progress and a page of its items.
     Show {
         /// The batch id.
         batch_id: BatchId,
+        #[command(flatten)]
+        page: PageArgs,
     },
-    /// Batches, newest first (active ones only with --active).
+    /// Batches, newest first (active ones only with --active), a page at a time.
     List {
         #[arg(long)]
         active: bool,
+        #[command(flatten)]
+        page: PageArgs,
     },
     /// Cancel a batch: waiting items now, running ones at their next heartbeat.
     Cancel {
@@ -575,8 +675,8 @@ pub struct BatchCreateArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum ReviewCommand {
-    /// Open entries, oldest first.
-    List,
+    /// Open entries, oldest first, a page at a time.
+    List(PageArgs),
     /// Resolve an entry by a recorded action.
     Resolve(ResolveArgs),
 }

@@ -42,12 +42,13 @@ mod ingest;
 mod kinds;
 mod limits;
 mod output;
+mod query;
 mod review_bulk;
 mod task;
 
 use anyhow::Context;
 use clap::Parser;
-use cli::{Cli, Command, DocsCommand, MediaCommand, Workload};
+use cli::{Cli, Command, DocsCommand, MediaCommand, OpsCommand, Workload};
 use opledger_domain::{quoted, DomainError};
 use opledger_engine::{CommandContext, Engine, EngineError};
 use opledger_store::{ErrorKind, Store};
@@ -417,6 +418,15 @@ async fn dispatch<S: Store>(store: S, cli: &Cli) -> anyhow::Result<Outcome> {
                 .await?;
             output::media_added(media_id, cli.json);
         }
+        Command::Media {
+            command: MediaCommand::Show(args),
+        } => query::media_show(&engine, args, cli.json).await?,
+        Command::Media {
+            command: MediaCommand::List(args),
+        } => query::media_list(&engine, args, cli.json).await?,
+        Command::Ops {
+            command: OpsCommand::List(args),
+        } => query::ops_list(&engine, args, cli.json).await?,
         Command::Task { command } => task::run(&engine, command, cli.json).await?,
         Command::Kinds { command } => kinds::run(&engine, command, cli.json).await?,
         Command::Reprocess(args) => kinds::reprocess(&engine, args, cli.json).await?,

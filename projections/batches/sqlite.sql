@@ -1,4 +1,4 @@
--- batches, version 1 (SQLite). See media_registry/sqlite.sql for the t: and
+-- batches, version 2 (SQLite). See media_registry/sqlite.sql for the t: and
 -- r: placeholders. Progress columns are exact counts of the batch's items;
 -- the CHECKs keep them consistent with each other.
 CREATE TABLE {{t:batches}} (
@@ -27,6 +27,9 @@ CREATE TABLE {{t:batches}} (
 );
 
 CREATE INDEX {{t:batches}}_by_status ON {{r:batches}} (status);
+-- `batch list`, newest first from a keyset position (version 2). Neither
+-- column changes as a batch progresses.
+CREATE INDEX {{t:batches}}_by_created ON {{r:batches}} (created_at, batch_id);
 
 CREATE TABLE {{t:batch_items}} (
     item_key     TEXT    PRIMARY KEY NOT NULL,

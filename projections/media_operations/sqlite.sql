@@ -1,4 +1,4 @@
--- media_operations, version 5 (SQLite). See media_registry/sqlite.sql for
+-- media_operations, version 6 (SQLite). See media_registry/sqlite.sql for
 -- the t: and r: placeholders.
 CREATE TABLE {{t:media_operations}} (
     id                 TEXT    PRIMARY KEY NOT NULL,
@@ -47,10 +47,18 @@ CREATE TABLE {{t:media_operations}} (
     CHECK (blocked_on IS NOT NULL OR blocked_on_status IS NULL)
 );
 
--- Operations of one media item. No index by status (dropped in version 3):
--- dashboards read the running counts below, and every status change would
--- rewrite an index entry.
-CREATE INDEX {{t:media_operations}}_by_media ON {{r:media_operations}} (media_id) WHERE media_id IS NOT NULL;
+-- No index by status (dropped in version 3): dashboards read the running
+-- counts below, and every status change would rewrite an index entry.
+--
+-- Listings (version 6): every operation newest first, those of one kind,
+-- those of one media item, each walked in (created_at, id) order from a
+-- keyset position (`ops list`). Their columns never change after an
+-- operation is created, so no status change rewrites an entry; a filter on
+-- status is checked on the rows the walk passes (docs/architecture.md,
+-- "The query layer").
+CREATE INDEX {{t:media_operations}}_by_created ON {{r:media_operations}} (created_at, id);
+CREATE INDEX {{t:media_operations}}_by_kind ON {{r:media_operations}} (kind, created_at, id);
+CREATE INDEX {{t:media_operations}}_by_media ON {{r:media_operations}} (media_id, created_at, id) WHERE media_id IS NOT NULL;
 
 -- File ingestions by the file they ingest (version 4): an ingest looks up
 -- the files of its folder by path instead of reading every ingestion. Only

@@ -1,11 +1,13 @@
--- media_registry, version 3 (PostgreSQL).
+-- media_registry, version 4 (PostgreSQL).
 -- The t: placeholder is replaced by the table's name where it is defined and
 -- the r: placeholder where it is referenced, so the same text creates the live
 -- tables, a shadow copy, or a scratch copy in another schema. Ids are uuid,
 -- times timestamptz (exact to the microsecond); the CHECKs are SQLite's.
 CREATE TABLE {{t:media}} (
     id             uuid        PRIMARY KEY,
-    path           text        NOT NULL,
+    -- Bytewise, as SQLite compares: a range of paths (a prefix) holds the
+    -- same items on both backends, whatever the database's collation.
+    path           text        COLLATE "C" NOT NULL,
     media_kind     text        NOT NULL,
     content_digest text,
     byte_size      bigint      CHECK (byte_size IS NULL OR byte_size >= 0),
@@ -14,7 +16,11 @@ CREATE TABLE {{t:media}} (
     version        bigint      NOT NULL CHECK (version >= 1)
 );
 
-CREATE INDEX {{t:media}}_by_path ON {{r:media}} (path);
+-- Items by path, and of one media kind by path (version 4): lookups by
+-- path and `media list`, walked in (path, id) order from a keyset position,
+-- a path prefix as a range of paths.
+CREATE INDEX {{t:media}}_by_path ON {{r:media}} (path, id);
+CREATE INDEX {{t:media}}_by_kind ON {{r:media}} (media_kind, path, id);
 
 CREATE TABLE {{t:media_regions}} (
     id              uuid        PRIMARY KEY,

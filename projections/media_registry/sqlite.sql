@@ -1,4 +1,4 @@
--- media_registry, version 3 (SQLite).
+-- media_registry, version 4 (SQLite).
 -- The t: placeholder is replaced by the table's name where it is defined and
 -- the r: placeholder where it is referenced, so the same text creates the live
 -- tables, a shadow copy, or a scratch copy in another schema.
@@ -16,7 +16,11 @@ CREATE TABLE {{t:media}} (
     version        INTEGER NOT NULL CHECK (version >= 1)
 );
 
-CREATE INDEX {{t:media}}_by_path ON {{r:media}} (path);
+-- Items by path, and of one media kind by path (version 4): lookups by
+-- path and `media list`, walked in (path, id) order from a keyset position,
+-- a path prefix as a range of paths.
+CREATE INDEX {{t:media}}_by_path ON {{r:media}} (path, id);
+CREATE INDEX {{t:media}}_by_kind ON {{r:media}} (media_kind, path, id);
 
 CREATE TABLE {{t:media_regions}} (
     id              TEXT    PRIMARY KEY NOT NULL,

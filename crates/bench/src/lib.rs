@@ -20,6 +20,7 @@ pub mod events;
 pub mod floor;
 mod ingest;
 pub mod lifecycle;
+mod listings;
 mod log;
 mod queries;
 mod record;

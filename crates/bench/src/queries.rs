@@ -1,6 +1,7 @@
-//! `status` and `timeline`: the latency of the dashboard summary and of one
-//! operation's timeline in a large generated log, each beside a plain read
-//! of the same tables.
+//! `status` and `timeline`: the latency of the dashboard summary (with the
+//! query layer's listings beside it, `listings.rs`) and of one operation's
+//! timeline in a large generated log, each beside a plain read of the same
+//! tables.
 
 use crate::backend::store_at;
 use crate::events::GeneratedEvents;
@@ -67,6 +68,7 @@ pub async fn status(template: &SqliteConfig, dir: &Path, options: &Options) -> R
     floor.sort_unstable();
     let p99 = millis(quantile(&ours, 0.99));
     let floor_p99 = millis(quantile(&floor, 0.99));
+    let listings = crate::listings::listings(&engine, samples).await?;
     Ok(json!({
         "workload": "status",
         "backend": engine.store().backend(),
@@ -79,6 +81,7 @@ pub async fn status(template: &SqliteConfig, dir: &Path, options: &Options) -> R
         "floor_p99_ms": round3(floor_p99),
         "ratio_to_floor_p99": round3(p99 / floor_p99),
         "floor": "one plain GROUP BY status count of media_operations through the read pool",
+        "listings": listings,
     }))
 }
 

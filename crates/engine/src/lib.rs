@@ -1,7 +1,8 @@
 //! The opledger engine: commands that decide, append and fold in one
 //! transaction; startup (catching projections up, rebuilding changed ones
 //! through a shadow); replay and verification; the read queries behind
-//! `status` and `timeline`.
+//! `status` and `timeline`; the query layer (`query`: a media item's
+//! detail, listings with typed filters and cursor pagination).
 //!
 //! The engine is generic over [`opledger_store::Store`] and must not know
 //! which backend it runs on: no SQL, no driver types, no error codes. It must
@@ -20,6 +21,7 @@ mod ingestion;
 mod kinds;
 mod load;
 mod queries;
+mod query;
 mod reactions;
 mod replay;
 mod review;
@@ -42,6 +44,11 @@ pub use kinds::{
 pub use opledger_domain::lease::{LeaseMs, MAX_LEASE_MS};
 pub use opledger_domain::work::{ClaimOutcome, Completion, Fence};
 pub use queries::{BatchSummary, ProjectionLag, StatusReport};
+pub use query::{
+    decode_cursor, encode_cursor, BatchItemView, BatchMembership, BatchPage, CapabilityItem, Listing, MediaDetail,
+    MediaFilter, MediaItem, MediaRef, OperationItem, OpsFilter, Page, PageRequest, ReviewItem, ReviewView,
+    DEFAULT_PAGE_LIMIT, JOINED_WALK_PER_PAGE, MAX_PAGE_LIMIT, THUMBNAIL_CAPABILITY, WALK_PER_PAGE,
+};
 pub use replay::{ReplayStats, VerifyReport};
 pub use review_bulk::{BulkResolution, ReviewFilter, SkippedEntry};
 pub use startup::{MaintenanceReport, ProjectionReadiness, Readiness, StartupReport};

@@ -110,7 +110,7 @@ impl<S: Store> Engine<S> {
             ));
         }
         let items = match filter.batch {
-            Some(batch_id) => Some(self.batch_operations(batch_id).await?),
+            Some(batch_id) => Some(self.batch_operation_ids(batch_id).await?),
             None => None,
         };
         let mut matching: Vec<ReviewRow> = self
@@ -203,7 +203,7 @@ impl<S: Store> Engine<S> {
     }
 
     /// The operations a batch holds; NotFound for an unknown batch.
-    async fn batch_operations(&self, batch_id: BatchId) -> Result<BTreeSet<OperationId>, EngineError> {
+    async fn batch_operation_ids(&self, batch_id: BatchId) -> Result<BTreeSet<OperationId>, EngineError> {
         let key = batch_key(batch_id).key.to_string();
         if self.store.load_rows(&BATCHES_TABLE, &[key]).await?.is_empty() {
             return Err(EngineError::Domain(DomainError::NotFound {

@@ -16,11 +16,13 @@
 //! contract.
 //! The suite is split by topic: the log (`log.rs`), group commit
 //! (`group_commit.rs`), the work protocol's queries (`work.rs`), projection
-//! rows (`rows.rs`) and scratch copies (`scratch.rs`).
+//! rows (`rows.rs`), paged walks (`pages.rs`) and scratch copies
+//! (`scratch.rs`).
 
 mod fixtures;
 mod group_commit;
 mod log;
+mod pages;
 mod rows;
 mod scratch;
 mod work;
@@ -28,6 +30,7 @@ mod work;
 pub use fixtures::registered;
 pub use group_commit::*;
 pub use log::*;
+pub use pages::*;
 pub use rows::*;
 pub use scratch::*;
 pub use work::*;
@@ -75,7 +78,11 @@ macro_rules! conformance_tests {
             concurrent_pieces_whose_rows_the_database_refuses_fail_alone_with_their_events,
             rows_loaded_from_several_tables_at_once_equal_rows_loaded_table_by_table,
             scratch_loads_see_every_row_written_before_them,
-            a_scratch_write_the_database_refuses_is_reported_by_a_later_call_at_the_latest
+            a_scratch_write_the_database_refuses_is_reported_by_a_later_call_at_the_latest,
+            pages_walk_every_row_once_in_bytewise_order_both_ways,
+            a_prefix_range_holds_exactly_the_paths_with_that_prefix,
+            equalities_select_and_filters_are_checked_on_a_bounded_walk,
+            a_walk_query_the_table_cannot_answer_is_refused
         );
     };
     (@each $make:expr; $($name:ident),+) => {

@@ -73,6 +73,7 @@ pub mod databases;
 mod ddl;
 mod error;
 mod open;
+mod page;
 mod rows;
 mod scratch;
 pub mod tx;
@@ -88,7 +89,8 @@ use opledger_domain::projections::{all_specs, Cell, ColumnType, Row, TableSpec};
 use opledger_domain::{EventEnvelope, StreamId, Timestamp};
 use opledger_store::group_commit::WorkPiece;
 use opledger_store::{
-    log, positions, AheadQuery, BoxFuture, ClaimableAhead, ExpiredClaim, Lease, ProjectionState, Store, StoreError,
+    log, positions, AheadQuery, BoxFuture, ClaimableAhead, ExpiredClaim, Lease, Page, PageQuery, ProjectionState,
+    Store, StoreError,
 };
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, PgConnection, PgPool, Row as _};
@@ -474,6 +476,11 @@ impl Store for PostgresStore {
     ) -> Result<Vec<Row>, StoreError> {
         let mut connection = self.read_connection().await?;
         rows::find_in(&mut connection, table, ddl::Copy::Live, column, values).await
+    }
+
+    async fn page_rows(&self, query: &PageQuery) -> Result<Page, StoreError> {
+        let mut connection = self.read_connection().await?;
+        page::page_rows(&mut connection, query).await
     }
 
     async fn lease(&self, claim_token: &str) -> Result<Option<Lease>, StoreError> {

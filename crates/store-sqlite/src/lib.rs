@@ -22,6 +22,7 @@ mod config;
 mod ddl;
 mod error;
 mod open;
+mod page;
 mod rows;
 mod scratch;
 mod sqlx_handle;
@@ -39,7 +40,8 @@ use opledger_domain::projections::{Cell, Row, TableSpec};
 use opledger_domain::{EventEnvelope, StreamId, Timestamp};
 use opledger_store::group_commit::WorkPiece;
 use opledger_store::{
-    log, positions, AheadQuery, BoxFuture, ClaimableAhead, ExpiredClaim, Lease, ProjectionState, Store, StoreError,
+    log, positions, AheadQuery, BoxFuture, ClaimableAhead, ExpiredClaim, Lease, Page, PageQuery, ProjectionState,
+    Store, StoreError,
 };
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
 use sqlx::{ConnectOptions, Connection, Row as _, SqliteConnection};
@@ -484,6 +486,16 @@ impl Store for SqliteStore {
             .await
             .map_err(|error| error::map(error, "opening a read connection"))?;
         rows::find_in(&mut connection, table, ddl::Copy::Live, column, values).await
+    }
+
+    async fn page_rows(&self, query: &PageQuery) -> Result<Page, StoreError> {
+        let mut connection = self
+            .inner
+            .readers
+            .acquire()
+            .await
+            .map_err(|error| error::map(error, "opening a read connection"))?;
+        page::page_rows(&mut connection, query).await
     }
 
     async fn lease(&self, claim_token: &str) -> Result<Option<Lease>, StoreError> {

@@ -2,8 +2,9 @@
 //! neutral error kinds they map their native errors to, and the parts of a
 //! backend that are the same on every database: the append plan (the log's
 //! expected-version check and numbering), the projection-position check,
-//! the pieces of work a group-committing writer queues, the naming of the
-//! projection tables' copies, and the log's decoding and paging.
+//! what a page of a paged walk is (`page`), the pieces of work a
+//! group-committing writer queues, the naming of the projection tables'
+//! copies, and the log's decoding and paging.
 //!
 //! This crate must not know any particular database: no SQL, no driver, no
 //! SQLSTATE (`tests/architecture/sources.rs` checks that its code holds no
@@ -22,11 +23,13 @@ mod error;
 pub mod group_commit;
 pub mod ledger;
 pub mod log;
+pub mod page;
 pub mod positions;
 pub mod tables;
 mod traits;
 
 pub use error::{ErrorKind, StoreError};
+pub use page::{Direction, Page, PageQuery};
 pub use traits::{
     AheadQuery, ClaimQuery, ClaimableAhead, ExpectedVersion, ExpiredClaim, Lease, ProjectionState, RowDiff, RowTarget,
     ScratchTarget, Store, StreamAppend, TableDiff, TableSet, WriteTx,

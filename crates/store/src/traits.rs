@@ -8,6 +8,7 @@
 //! piece still succeeds or fails on its own.
 
 use crate::error::StoreError;
+use crate::page::{Page, PageQuery};
 use crate::BoxFuture;
 use futures::stream::BoxStream;
 use opledger_domain::envelope::{EventEnvelope, NewEvent, StreamId};
@@ -418,6 +419,12 @@ pub trait Store: Clone + Send + Sync + 'static {
         column: &'static str,
         values: &[Cell],
     ) -> impl Future<Output = Result<Vec<Row>, StoreError>> + Send;
+
+    /// One page of a walk of a live projection table in index order (see
+    /// [`crate::page`]), from a read connection. The reads behind one page
+    /// see one snapshot, so a page never holds a row twice nor misses one
+    /// between its rows and its resume position.
+    fn page_rows(&self, query: &PageQuery) -> impl Future<Output = Result<Page, StoreError>> + Send;
 
     /// A claim's lease row, from a read connection.
     fn lease(&self, claim_token: &str) -> impl Future<Output = Result<Option<Lease>, StoreError>> + Send;

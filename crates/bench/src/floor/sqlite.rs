@@ -100,3 +100,20 @@ pub async fn plain_scan(store: &SqliteStore) -> Result<(u64, Duration), BenchErr
     let _ = connection.close().await;
     Ok((count, elapsed))
 }
+
+/// The first page of operations newest first, the plainest way: every
+/// column of `limit` rows by the listing index, fetched but not decoded
+/// into typed rows. The floor of `ops list`'s first page.
+pub async fn first_operations_page(connection: &mut SqliteConnection, limit: usize) -> Result<usize, BenchError> {
+    let columns = opledger_domain::projections::OPERATIONS_TABLE
+        .column_names()
+        .collect::<Vec<_>>()
+        .join(", ");
+    let sql = format!("SELECT {columns} FROM media_operations ORDER BY created_at DESC, id DESC LIMIT ?");
+    let rows = sqlx::query(&sql)
+        .bind(limit as i64)
+        .fetch_all(&mut *connection)
+        .await
+        .map_err(BenchError::floor("reading the first page"))?;
+    Ok(rows.len())
+}

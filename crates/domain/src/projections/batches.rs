@@ -64,7 +64,7 @@ pub static BATCH_ITEMS_TABLE: TableSpec = TableSpec {
 
 pub static BATCHES: ProjectionSpec = ProjectionSpec {
     name: "batches",
-    version: 1,
+    version: 2,
     tables: &[&BATCHES_TABLE, &BATCH_ITEMS_TABLE],
     question: "Which runs over which items exist, how far is each exactly, is it still active, and how did each item end each time it ran?",
     depends_on: &[],

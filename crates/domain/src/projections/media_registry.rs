@@ -46,7 +46,7 @@ pub static REGIONS_TABLE: TableSpec = TableSpec {
 
 pub static MEDIA_REGISTRY: ProjectionSpec = ProjectionSpec {
     name: "media_registry",
-    version: 3,
+    version: 4,
     tables: &[&MEDIA_TABLE, &REGIONS_TABLE, &MEDIA_COUNTS_TABLE],
     question: "Which media items and regions exist, where is each file, and what is its content digest?",
     depends_on: &[],

@@ -59,7 +59,7 @@ pub static OPERATIONS_TABLE: TableSpec = TableSpec {
 
 pub static MEDIA_OPERATIONS: ProjectionSpec = ProjectionSpec {
     name: "media_operations",
-    version: 5,
+    version: 6,
     tables: &[&OPERATIONS_TABLE, &OPERATION_COUNTS_TABLE],
     question: "What work exists, where does each operation stand, who holds it, and why is it waiting or failed?",
     depends_on: &[],
