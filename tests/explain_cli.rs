@@ -420,7 +420,7 @@ fn review_resolve_all_dry_runs_then_resolves_the_matching_entries_one_action_eac
         assert_eq!(event["actor"], "cli");
         assert_eq!(event["payload"]["reason"], "known bad scans");
     }
-    assert_eq!(ledger.ok(&["review", "list"]).as_array().unwrap().len(), 2);
+    assert_eq!(ledger.ok(&["review", "list"])["items"].as_array().unwrap().len(), 2);
     ledger.assert_replay_verifies();
 }
 

@@ -185,7 +185,7 @@ fn an_ingest_with_nothing_new_changed_or_missing_creates_no_batch() {
     let listed = opledger(dir.path()).args(["--json", "batch", "list"]).output().unwrap();
     let batches: Value =
         serde_json::from_slice(&listed.stdout).unwrap_or_else(|error| panic!("{error}: {}", describe(&listed)));
-    assert_eq!(batches.as_array().map(Vec::len), Some(1), "{batches}");
+    assert_eq!(batches["items"].as_array().map(Vec::len), Some(1), "{batches}");
     let plain = opledger(dir.path()).args(["ingest", "photos"]).output().unwrap();
     assert!(
         !String::from_utf8_lossy(&plain.stdout).contains("batch"),
