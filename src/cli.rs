@@ -118,6 +118,14 @@ pub enum Command {
     /// One recovery pass: claims whose lease expired are interrupted, then
     /// requeued, cancelled or failed per their task kind's policy.
     Recover,
+    /// Serve the JSON API, the work protocol over HTTP, live updates and the
+    /// dashboard, until SIGTERM or Ctrl-C.
+    Serve(ServeArgs),
+    /// Bearer tokens for `serve`: make one and add its hash to a tokens file.
+    Token {
+        #[command(subcommand)]
+        command: TokenCommand,
+    },
     /// Benchmarks: JSON figures with the raw floor measured in the same run.
     Bench(BenchArgs),
     /// Generated documentation.
@@ -126,6 +134,53 @@ pub enum Command {
         #[command(subcommand)]
         command: DocsCommand,
     },
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The address to listen on. A non-loopback address needs `--tokens`.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
+    pub bind: std::net::SocketAddr,
+    /// The tokens file (`opledger token new` writes it): SHA-256 hashes of
+    /// bearer tokens with their roles.
+    #[arg(long, value_name = "FILE")]
+    pub tokens: Option<std::path::PathBuf>,
+    /// Reading routes answer without a token.
+    #[arg(long)]
+    pub allow_anonymous_read: bool,
+    /// The largest request body accepted, in bytes (larger is 413).
+    #[arg(long, value_name = "BYTES", default_value_t = opledger_http::DEFAULT_BODY_LIMIT as u64,
+          value_parser = clap::value_parser!(u64).range(1024..=(64 << 20)))]
+    pub body_limit: u64,
+    /// Seconds between the recovery passes the service runs itself.
+    #[arg(long, value_name = "SECONDS", value_parser = interval_seconds, default_value = "5")]
+    pub recovery_interval: std::time::Duration,
+    /// Request logs on standard error: `text`, or `json` (one object a line).
+    #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = ["text", "json"])]
+    pub log_format: String,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// Make a token: prints it once on standard output and appends its
+    /// hash, name and role to the tokens file (created 0600).
+    New(TokenNewArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct TokenNewArgs {
+    /// `reader` (reads), `worker` (the work protocol) or `admin` (everything).
+    #[arg(long, value_parser = ["reader", "worker", "admin"])]
+    pub role: String,
+    /// A name for the token, recorded as the actor of what it does.
+    #[arg(long)]
+    pub name: String,
+    /// Task kinds a worker token is limited to (comma-separated).
+    #[arg(long, value_delimiter = ',', value_name = "KIND,...")]
+    pub kinds: Vec<String>,
+    /// The tokens file to append to.
+    #[arg(long, value_name = "FILE")]
+    pub tokens_file: std::path::PathBuf,
 }
 
 #[derive(Debug, Args)]

@@ -44,11 +44,12 @@ mod limits;
 mod output;
 mod query;
 mod review_bulk;
+mod serve;
 mod task;
 
 use anyhow::Context;
 use clap::Parser;
-use cli::{Cli, Command, DocsCommand, MediaCommand, OpsCommand, Workload};
+use cli::{Cli, Command, DocsCommand, MediaCommand, OpsCommand, TokenCommand, Workload};
 use opledger_domain::{quoted, DomainError};
 use opledger_engine::{CommandContext, Engine, EngineError};
 use opledger_store::{ErrorKind, Store};
@@ -117,22 +118,35 @@ fn colour(stream: &impl IsTerminal) -> bool {
     stream.is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|value| value.is_empty())
 }
 
+/// Logs on standard error, filtered by `OPLEDGER_LOG` (default: warnings;
+/// `serve` also logs each request and its lifecycle at info), as text or,
+/// for `serve --log-format json`, one JSON object a line.
+fn init_logs(cli: &Cli) {
+    let (default, json) = match &cli.command {
+        Command::Serve(args) => ("info", args.log_format == "json"),
+        _ => ("warn", false),
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("OPLEDGER_LOG").unwrap_or_else(|_| default.into());
+    let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    if json {
+        logs.json().init();
+    } else {
+        logs.with_ansi(colour(&std::io::stderr())).init();
+    }
+}
+
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("OPLEDGER_LOG").unwrap_or_else(|_| "warn".into()))
-        .with_writer(std::io::stderr)
-        .with_ansi(colour(&std::io::stderr()))
-        .init();
     let mut cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(error) => return parse_error(error),
     };
+    init_logs(&cli);
     // One thread is enough for a command line run, and measurably faster on
     // a small machine: the store's driver threads do the blocking work, and
     // fewer threads hand work back and forth. A replay is the exception: it
     // reads the log ahead on a task of its own while it folds, which pays
     // only on a second thread (measured: 144-161k → 175-183k events/s).
-    let builder = if replays(&cli) {
+    let builder = if replays(&cli) || matches!(cli.command, Command::Serve(_)) {
         tokio::runtime::Builder::new_multi_thread()
     } else {
         tokio::runtime::Builder::new_current_thread()
@@ -255,6 +269,31 @@ async fn run(cli: Cli) -> anyhow::Result<Outcome> {
         }
         Command::SampleMedia(args) => {
             ingest::sample_media(args, cli.json)?;
+            return Ok(Outcome::Ok);
+        }
+        Command::Token {
+            command: TokenCommand::New(args),
+        } => {
+            serve::token_new(args)?;
+            return Ok(Outcome::Ok);
+        }
+        Command::Serve(args) => {
+            // The service starts the engine itself: it answers health while
+            // startup runs and reports ready only after it.
+            let tokens = serve::check(args)?;
+            match database(&cli.database_url)? {
+                Database::Postgres(config) => {
+                    let described = config_description(&cli.database_url);
+                    let store = PostgresStore::open(*config).await.with_context(|| format!("opening {described}"))?;
+                    serve::serve(store, args, tokens).await?;
+                }
+                Database::Sqlite(config) => {
+                    let store = SqliteStore::open(config)
+                        .await
+                        .with_context(|| format!("opening {}", quoted(&cli.database_url)))?;
+                    serve::serve(store, args, tokens).await?;
+                }
+            }
             return Ok(Outcome::Ok);
         }
         _ => {}
@@ -440,7 +479,11 @@ async fn dispatch<S: Store>(store: S, cli: &Cli) -> anyhow::Result<Outcome> {
                 return Ok(Outcome::Interrupted { by: interrupted.by });
             }
         }
-        Command::Bench(_) | Command::Docs { .. } | Command::SampleMedia(_) => {
+        Command::Bench(_)
+        | Command::Docs { .. }
+        | Command::SampleMedia(_)
+        | Command::Serve(_)
+        | Command::Token { .. } => {
             unreachable!("handled before opening a database")
         }
     }

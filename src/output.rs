@@ -64,33 +64,9 @@ pub(crate) fn print_json(value: &Value) {
 }
 
 /// The status summary as `status --json` prints it.
+/// The same object the HTTP API's `/api/v1/status` answers.
 pub fn status_value(report: &StatusReport) -> Value {
-    let by_status: serde_json::Map<String, Value> = report
-        .operations_by_status
-        .iter()
-        .map(|(status, count)| (status.clone(), json!(count)))
-        .collect();
-    json!({
-            "backend": report.backend,
-            "head": report.head,
-            "media": report.media,
-            "regions": report.regions,
-            "operations": report.operations,
-            "operations_by_status": by_status,
-            "capabilities_by_status": report
-                .capabilities_by_status
-                .iter()
-                .map(|(status, count)| (status.clone(), json!(count)))
-                .collect::<serde_json::Map<String, Value>>(),
-            "stale_by_kind": report
-                .stale_by_kind
-                .iter()
-                .map(|(kind, count)| (kind.clone(), json!(count)))
-                .collect::<serde_json::Map<String, Value>>(),
-            "active_batches": report.active_batches,
-            "review_queue": report.review_queue,
-            "projections": report.projections,
-    })
+    serde_json::to_value(report).unwrap_or(Value::Null)
 }
 
 pub fn status(report: &StatusReport, as_json: bool) {

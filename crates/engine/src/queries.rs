@@ -39,17 +39,26 @@ pub struct StatusReport {
     pub regions: i64,
     pub operations: i64,
     /// Every operation status with its count, zeros included.
+    #[serde(serialize_with = "pairs_as_map")]
     pub operations_by_status: Vec<(String, i64)>,
     /// Every capability status with its count, zeros included.
+    #[serde(serialize_with = "pairs_as_map")]
     pub capabilities_by_status: Vec<(String, i64)>,
     /// Stale capabilities per task kind (what `reprocess --stale` runs),
     /// kinds with none left out.
+    #[serde(serialize_with = "pairs_as_map")]
     pub stale_by_kind: Vec<(String, i64)>,
     /// Batches the activity predicate says are active, newest first.
     pub active_batches: Vec<BatchSummary>,
     /// Open review entries.
     pub review_queue: i64,
     pub projections: Vec<ProjectionLag>,
+}
+
+/// Counts by name serialize as one JSON object (`{"queued": 3, ...}`), in
+/// their order: what the CLI's `--json` and the HTTP API both answer.
+fn pairs_as_map<S: serde::Serializer>(pairs: &[(String, i64)], serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.collect_map(pairs.iter().map(|(name, count)| (name, count)))
 }
 
 /// One batch's exact progress, for dashboards.

@@ -1,0 +1,123 @@
+//! The service's shared state: the engine, the configuration, the tokens,
+//! readiness and shutdown, and the wake-up of long-polls.
+
+use crate::auth::Tokens;
+use crate::wake::Wake;
+use opledger_engine::Engine;
+use opledger_store::Store;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// How the service runs (`opledger serve`'s flags).
+#[derive(Debug, Clone)]
+pub struct ServiceConfig {
+    pub tokens: Tokens,
+    /// Reading routes answer requests without a token.
+    pub allow_anonymous_read: bool,
+    /// The largest request body read; a larger one is 413 before it is parsed.
+    pub body_limit: usize,
+    /// How often the service runs recovery (expired leases) itself.
+    pub recovery_interval: Duration,
+    /// How often the log's head is looked at for commits of other
+    /// processes (other `serve` processes, CLI writers) that wake
+    /// long-polls and event streams.
+    pub head_poll: Duration,
+    /// The longest a claim long-poll waits (`wait_ms` is capped here).
+    pub max_wait: Duration,
+    /// Between server-sent events' heartbeat comments.
+    pub sse_heartbeat: Duration,
+}
+
+impl Default for ServiceConfig {
+    fn default() -> Self {
+        ServiceConfig {
+            tokens: Tokens::none(),
+            allow_anonymous_read: false,
+            body_limit: DEFAULT_BODY_LIMIT,
+            recovery_interval: Duration::from_secs(5),
+            head_poll: Duration::from_millis(250),
+            max_wait: Duration::from_secs(30),
+            sse_heartbeat: Duration::from_secs(15),
+        }
+    }
+}
+
+/// 1 MiB.
+pub const DEFAULT_BODY_LIMIT: usize = 1 << 20;
+
+/// The state every handler gets: cheap to clone.
+pub struct App<S: Store> {
+    inner: Arc<Inner<S>>,
+}
+
+impl<S: Store> Clone for App<S> {
+    fn clone(&self) -> Self {
+        App {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+struct Inner<S: Store> {
+    engine: Engine<S>,
+    config: ServiceConfig,
+    ready: AtomicBool,
+    stopping: watch::Sender<bool>,
+    wake: Wake,
+}
+
+impl<S: Store> App<S> {
+    /// A service over `engine`, not ready until [`App::set_ready`].
+    pub fn new(engine: Engine<S>, config: ServiceConfig) -> Self {
+        let (stopping, _) = watch::channel(false);
+        App {
+            inner: Arc::new(Inner {
+                engine,
+                config,
+                ready: AtomicBool::new(false),
+                stopping,
+                wake: Wake::new(),
+            }),
+        }
+    }
+
+    pub fn engine(&self) -> &Engine<S> {
+        &self.inner.engine
+    }
+
+    pub fn config(&self) -> &ServiceConfig {
+        &self.inner.config
+    }
+
+    /// Startup recovery is done: the API serves.
+    pub fn is_ready(&self) -> bool {
+        self.inner.ready.load(Ordering::Acquire)
+    }
+
+    pub fn set_ready(&self) {
+        self.inner.ready.store(true, Ordering::Release);
+    }
+
+    /// Shutdown began: no new claims, long-polls and event streams end.
+    pub fn is_stopping(&self) -> bool {
+        *self.inner.stopping.borrow()
+    }
+
+    pub fn stop(&self) {
+        self.inner.stopping.send_replace(true);
+    }
+
+    /// Resolves once shutdown began.
+    pub async fn stopped(&self) {
+        let mut stopping = self.inner.stopping.subscribe();
+        // An error means the sender is gone, which happens only with the app.
+        let _ = stopping.wait_for(|stopping| *stopping).await;
+    }
+
+    /// What wakes long-polls and event streams.
+    pub fn wake(&self) -> &Wake {
+        &self.inner.wake
+    }
+}

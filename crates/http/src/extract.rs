@@ -1,0 +1,171 @@
+//! What handlers take from a request, with every refusal in the service's
+//! error shape: the caller (from the bearer token), a JSON body, query
+//! parameters, ids in the path.
+
+use crate::app::App;
+use crate::auth::Role;
+use crate::error::{ApiError, ApiResult};
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{FromRequest, FromRequestParts, Query, Request};
+use axum::http::request::Parts;
+use axum::http::{header, StatusCode};
+use opledger_domain::quoted;
+use opledger_store::Store;
+use serde::de::DeserializeOwned;
+
+/// Who is asking: a token's name, role and task kinds, or anonymous.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    /// `None` for an anonymous request.
+    pub role: Option<Role>,
+    /// The token's name (`anonymous` without one): recorded as the actor
+    /// of what an admin or worker does, unless the request names a worker.
+    pub name: String,
+    /// The task kinds a worker token is limited to; empty for any.
+    pub kinds: Vec<String>,
+    allow_anonymous_read: bool,
+}
+
+impl Caller {
+    /// Refuses a caller whose role is below `role`: 401 without a token
+    /// (unless anonymous reading is allowed and `role` is reader), 403
+    /// with one.
+    pub fn require(&self, role: Role) -> ApiResult<()> {
+        match self.role {
+            None if role == Role::Reader && self.allow_anonymous_read => Ok(()),
+            None => Err(ApiError::unauthenticated(format!(
+                "this needs a bearer token with role {role} (Authorization: Bearer TOKEN)"
+            ))),
+            Some(held) if held >= role => Ok(()),
+            Some(held) => Err(ApiError::forbidden(format!(
+                "token {} has role {held}; this needs {role}",
+                quoted(&self.name)
+            ))),
+        }
+    }
+
+    /// Refuses a worker token limited to other task kinds (403).
+    pub fn may_work_on(&self, kind: &str) -> ApiResult<()> {
+        if self.role == Some(Role::Admin) || self.kinds.is_empty() || self.kinds.iter().any(|own| own == kind) {
+            return Ok(());
+        }
+        Err(ApiError::forbidden(format!(
+            "token {} may not work on task kind {} (it may: {})",
+            quoted(&self.name),
+            quoted(kind),
+            self.kinds.join(", ")
+        )))
+    }
+
+    /// The task kinds a claim of `asked` kinds may take: `asked` when the
+    /// token allows them all, the token's own kinds when none are asked.
+    pub fn claimable_kinds(&self, asked: &[String]) -> ApiResult<Vec<String>> {
+        if asked.is_empty() && self.role != Some(Role::Admin) {
+            return Ok(self.kinds.clone());
+        }
+        for kind in asked {
+            self.may_work_on(kind)?;
+        }
+        Ok(asked.to_vec())
+    }
+}
+
+impl<S: Store> FromRequestParts<App<S>> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, app: &App<S>) -> Result<Self, Self::Rejection> {
+        let allow_anonymous_read = app.config().allow_anonymous_read;
+        let Some(value) = parts.headers.get(header::AUTHORIZATION) else {
+            return Ok(Caller {
+                role: None,
+                name: "anonymous".to_string(),
+                kinds: Vec::new(),
+                allow_anonymous_read,
+            });
+        };
+        let token = value
+            .to_str()
+            .ok()
+            .and_then(|text| text.strip_prefix("Bearer "))
+            .map(str::trim)
+            .ok_or_else(|| ApiError::unauthenticated("the Authorization header is not `Bearer TOKEN`"))?;
+        let entry = app
+            .config()
+            .tokens
+            .find(token)
+            .ok_or_else(|| ApiError::unauthenticated("the bearer token is not one this service accepts"))?;
+        Ok(Caller {
+            role: Some(entry.role),
+            name: entry.name.clone(),
+            kinds: entry.kinds.clone(),
+            allow_anonymous_read,
+        })
+    }
+}
+
+/// A JSON request body: 413 over the limit (before any parsing), 400 when
+/// it is not JSON of the expected shape (nesting deeper than serde_json's
+/// limit of 128 included).
+pub struct JsonBody<T>(pub T);
+
+impl<S: Store, T: DeserializeOwned> FromRequest<App<S>> for JsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, app: &App<S>) -> Result<Self, Self::Rejection> {
+        let bytes = body_bytes(request, app).await?;
+        parse_json(&bytes).map(JsonBody)
+    }
+}
+
+/// A JSON body that may be absent (an empty body reads as `T::default()`).
+pub struct OptionalBody<T>(pub T);
+
+impl<S: Store, T: DeserializeOwned + Default> FromRequest<App<S>> for OptionalBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, app: &App<S>) -> Result<Self, Self::Rejection> {
+        let bytes = body_bytes(request, app).await?;
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(OptionalBody(T::default()));
+        }
+        parse_json(&bytes).map(OptionalBody)
+    }
+}
+
+/// The raw body, bounded by the service's limit.
+pub async fn body_bytes<S: Store>(request: Request, app: &App<S>) -> ApiResult<Bytes> {
+    Bytes::from_request(request, app).await.map_err(|rejection| match rejection {
+        BytesRejection::FailedToBufferBody(failed) if failed.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            ApiError::too_large(format!(
+                "the request body is over the limit of {} bytes",
+                app.config().body_limit
+            ))
+        }
+        other => ApiError::malformed(format!("cannot read the request body: {}", quoted(&other.body_text()))),
+    })
+}
+
+fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> ApiResult<T> {
+    serde_json::from_slice(bytes)
+        .map_err(|error| ApiError::malformed(format!("the body is not the JSON expected: {}", quoted(&error.to_string()))))
+}
+
+/// Query parameters; 400 when they do not parse.
+pub struct Params<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for Params<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|Query(value)| Params(value))
+            .map_err(|rejection| ApiError::malformed(quoted(&rejection.body_text()).to_string()))
+    }
+}
+
+/// An id from the path: 400 when it is not a UUID.
+pub fn parse_uuid(what: &str, text: &str) -> ApiResult<uuid::Uuid> {
+    uuid::Uuid::parse_str(text).map_err(|_| ApiError::malformed(format!("{what} {} is not a UUID", quoted(text))))
+}
