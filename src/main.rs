@@ -127,7 +127,9 @@ fn init_logs(cli: &Cli) {
         _ => ("warn", false),
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("OPLEDGER_LOG").unwrap_or_else(|_| default.into());
-    let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     if json {
         logs.json().init();
     } else {
@@ -284,7 +286,9 @@ async fn run(cli: Cli) -> anyhow::Result<Outcome> {
             match database(&cli.database_url)? {
                 Database::Postgres(config) => {
                     let described = config_description(&cli.database_url);
-                    let store = PostgresStore::open(*config).await.with_context(|| format!("opening {described}"))?;
+                    let store = PostgresStore::open(*config)
+                        .await
+                        .with_context(|| format!("opening {described}"))?;
                     serve::serve(store, args, tokens).await?;
                 }
                 Database::Sqlite(config) => {

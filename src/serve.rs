@@ -92,7 +92,12 @@ pub fn token_new(args: &TokenNewArgs) -> anyhow::Result<()> {
     if Tokens::parse(&existing).is_ok_and(|tokens| tokens.has_name(name)) {
         return Err(UsageError(format!("the tokens file already has a token named {name:?}")).into());
     }
-    let kinds: Vec<String> = args.kinds.iter().map(|kind| kind.trim().to_string()).filter(|kind| !kind.is_empty()).collect();
+    let kinds: Vec<String> = args
+        .kinds
+        .iter()
+        .map(|kind| kind.trim().to_string())
+        .filter(|kind| !kind.is_empty())
+        .collect();
     let (token, entry) = opledger_http::new_token(name, role, kinds).context("drawing a random token")?;
     let mut text = existing;
     if !text.is_empty() && !text.ends_with('\n') {
@@ -112,7 +117,10 @@ pub fn token_new(args: &TokenNewArgs) -> anyhow::Result<()> {
 }
 
 fn write_private(path: &Path, text: &str) -> anyhow::Result<()> {
-    let directory = path.parent().filter(|parent| !parent.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let directory = path
+        .parent()
+        .filter(|parent| !parent.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     let file_name = path.file_name().context("the tokens file needs a file name")?;
     let temporary = directory.join(format!(".{}.tmp-{}", file_name.to_string_lossy(), std::process::id()));
     let written = (|| -> std::io::Result<()> {

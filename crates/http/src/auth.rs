@@ -108,9 +108,13 @@ impl Tokens {
             path: path.display().to_string(),
             reason,
         };
-        let size = std::fs::metadata(path).map_err(|error| refuse(error.to_string()))?.len();
+        let size = std::fs::metadata(path)
+            .map_err(|error| refuse(error.to_string()))?
+            .len();
         if size > MAX_TOKENS_FILE_BYTES {
-            return Err(refuse(format!("{size} bytes is over the limit of {MAX_TOKENS_FILE_BYTES}")));
+            return Err(refuse(format!(
+                "{size} bytes is over the limit of {MAX_TOKENS_FILE_BYTES}"
+            )));
         }
         let text = std::fs::read_to_string(path).map_err(|error| refuse(error.to_string()))?;
         Tokens::parse(&text).map_err(refuse)
@@ -124,13 +128,23 @@ impl Tokens {
         })?;
         let mut entries = Vec::with_capacity(file.token.len());
         for entry in file.token {
-            let hash = parse_hash(&entry.sha256)
-                .ok_or_else(|| format!("token {} has no valid sha256 (64 hex digits)", opledger_domain::quoted(&entry.name)))?;
+            let hash = parse_hash(&entry.sha256).ok_or_else(|| {
+                format!(
+                    "token {} has no valid sha256 (64 hex digits)",
+                    opledger_domain::quoted(&entry.name)
+                )
+            })?;
             if entry.name.trim().is_empty() {
                 return Err("a token has an empty name".to_string());
             }
-            if entries.iter().any(|(known, _): &(TokenEntry, [u8; 32])| known.name == entry.name) {
-                return Err(format!("token name {} appears twice", opledger_domain::quoted(&entry.name)));
+            if entries
+                .iter()
+                .any(|(known, _): &(TokenEntry, [u8; 32])| known.name == entry.name)
+            {
+                return Err(format!(
+                    "token name {} appears twice",
+                    opledger_domain::quoted(&entry.name)
+                ));
             }
             entries.push((entry, hash));
         }

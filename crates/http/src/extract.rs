@@ -135,20 +135,26 @@ impl<S: Store, T: DeserializeOwned + Default> FromRequest<App<S>> for OptionalBo
 
 /// The raw body, bounded by the service's limit.
 pub async fn body_bytes<S: Store>(request: Request, app: &App<S>) -> ApiResult<Bytes> {
-    Bytes::from_request(request, app).await.map_err(|rejection| match rejection {
-        BytesRejection::FailedToBufferBody(failed) if failed.status() == StatusCode::PAYLOAD_TOO_LARGE => {
-            ApiError::too_large(format!(
-                "the request body is over the limit of {} bytes",
-                app.config().body_limit
-            ))
-        }
-        other => ApiError::malformed(format!("cannot read the request body: {}", quoted(&other.body_text()))),
-    })
+    Bytes::from_request(request, app)
+        .await
+        .map_err(|rejection| match rejection {
+            BytesRejection::FailedToBufferBody(failed) if failed.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+                ApiError::too_large(format!(
+                    "the request body is over the limit of {} bytes",
+                    app.config().body_limit
+                ))
+            }
+            other => ApiError::malformed(format!("cannot read the request body: {}", quoted(&other.body_text()))),
+        })
 }
 
 fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> ApiResult<T> {
-    serde_json::from_slice(bytes)
-        .map_err(|error| ApiError::malformed(format!("the body is not the JSON expected: {}", quoted(&error.to_string()))))
+    serde_json::from_slice(bytes).map_err(|error| {
+        ApiError::malformed(format!(
+            "the body is not the JSON expected: {}",
+            quoted(&error.to_string())
+        ))
+    })
 }
 
 /// Query parameters; 400 when they do not parse.

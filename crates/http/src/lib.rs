@@ -156,7 +156,11 @@ async fn start<S: Store>(app: &App<S>) -> Result<(), EngineError> {
     }
     engine.maintain(&CommandContext::actor("system")).await?;
     let recovered = engine.recover(&CommandContext::actor(RECOVERY_ACTOR)).await?;
-    tracing::info!(interrupted = recovered.interrupted, requeued = recovered.requeued, "startup recovery done");
+    tracing::info!(
+        interrupted = recovered.interrupted,
+        requeued = recovered.requeued,
+        "startup recovery done"
+    );
     app.wake().bump();
     Ok(())
 }

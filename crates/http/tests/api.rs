@@ -19,7 +19,11 @@ async fn status_answers_a_reader_what_the_cli_prints<B: Backend>(backend: &B) {
 
 async fn a_request_without_a_token_is_401_and_with_an_unknown_one_too<B: Backend>(backend: &B) {
     let service = start(backend).await;
-    assert_error(&service.get("/api/v1/status", As::Anonymous).await, 401, "unauthenticated");
+    assert_error(
+        &service.get("/api/v1/status", As::Anonymous).await,
+        401,
+        "unauthenticated",
+    );
     let answer = service
         .http
         .get(service.url("/api/v1/status"))

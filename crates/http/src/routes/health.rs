@@ -31,6 +31,10 @@ pub async fn readyz<S: Store>(State(app): State<App<S>>) -> ApiResult<Json<Healt
     if app.is_stopping() {
         return Err(ApiError::unavailable("the service is shutting down"));
     }
-    app.engine().store().head().await.map_err(|error| ApiError::unavailable(error.to_string()))?;
+    app.engine()
+        .store()
+        .head()
+        .await
+        .map_err(|error| ApiError::unavailable(error.to_string()))?;
     Ok(Json(Health { status: "ok" }))
 }

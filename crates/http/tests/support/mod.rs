@@ -41,7 +41,12 @@ fn test_tokens() -> (Tokens, Vec<(As, String)>) {
     let made = [
         (As::Reader, "reader", Role::Reader, vec![]),
         (As::Worker, "worker", Role::Worker, vec![]),
-        (As::ThumbnailWorker, "thumbnailer", Role::Worker, vec!["thumbnail".to_string()]),
+        (
+            As::ThumbnailWorker,
+            "thumbnailer",
+            Role::Worker,
+            vec!["thumbnail".to_string()],
+        ),
         (As::Admin, "admin", Role::Admin, vec![]),
     ];
     let mut entries: Vec<TokenEntry> = Vec::new();
@@ -51,7 +56,11 @@ fn test_tokens() -> (Tokens, Vec<(As, String)>) {
         entries.push(entry);
         tokens.push((who, token));
     }
-    let text: String = entries.iter().map(opledger_http::entry_toml).collect::<Vec<_>>().join("\n");
+    let text: String = entries
+        .iter()
+        .map(opledger_http::entry_toml)
+        .collect::<Vec<_>>()
+        .join("\n");
     (Tokens::parse(&text).unwrap(), tokens)
 }
 
@@ -109,7 +118,10 @@ impl<S: opledger_store::Store> Service<S> {
     }
 
     pub fn token(&self, who: As) -> Option<&str> {
-        self.tokens.iter().find(|(held, _)| *held == who).map(|(_, token)| token.as_str())
+        self.tokens
+            .iter()
+            .find(|(held, _)| *held == who)
+            .map(|(_, token)| token.as_str())
     }
 
     /// A request as `who`, with a JSON body when given.
