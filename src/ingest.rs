@@ -142,6 +142,23 @@ fn detail_without_path(detail: &str, path: Option<&str>) -> String {
     detail
 }
 
+/// The most skipped entries listed by name (`--json` lists them all).
+const SKIPPED_SHOWN: usize = 10;
+
+/// Entries of the folder that were not opened, with why.
+fn print_skipped(skipped: &[opledger_ingest::SkippedFile]) {
+    if skipped.is_empty() {
+        return;
+    }
+    println!("skipped, not regular files (never opened):");
+    for entry in skipped.iter().take(SKIPPED_SHOWN) {
+        println!("  {}: {}", opledger_domain::quoted(&entry.path), entry.reason);
+    }
+    if skipped.len() > SKIPPED_SHOWN {
+        println!("  … and {} more (--json lists them all)", skipped.len() - SKIPPED_SHOWN);
+    }
+}
+
 fn print_summary(summary: &IngestSummary, as_json: bool) {
     if as_json {
         let value = json!({
@@ -154,6 +171,7 @@ fn print_summary(summary: &IngestSummary, as_json: bool) {
             "failed": summary.failed,
             "missing": summary.missing,
             "unreadable_folders": summary.unreadable_folders,
+            "skipped": summary.skipped,
             "operations_created": summary.operations_created,
             "review_entries": summary.review_entries,
             "tasks_run": summary.tasks_run,
@@ -173,6 +191,9 @@ fn print_summary(summary: &IngestSummary, as_json: bool) {
             plural(summary.unreadable_folders, "unreadable folder", "unreadable folders")
         );
     }
+    if !summary.skipped.is_empty() {
+        folders.push_str(&format!(", {} skipped", summary.skipped.len()));
+    }
     println!(
         "{} in {:.1} s: {} new, {} unchanged, {} changed, {} resumed, {} failed, {} missing{folders}; {} created, {} run",
         plural(summary.files, "file", "files"),
@@ -189,6 +210,7 @@ fn print_summary(summary: &IngestSummary, as_json: bool) {
     if let Some(batch_id) = summary.batch_id {
         println!("batch {batch_id} (opledger batch show {batch_id})");
     }
+    print_skipped(&summary.skipped);
     if !summary.review_entries.is_empty() {
         println!(
             "review queue ({}; opledger review list):",

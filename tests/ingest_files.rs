@@ -396,3 +396,58 @@ fn on_a_terminal_the_bar_shows_whole_rates_and_colour_follows_no_color() {
     let plain = on_terminal(true, "b.db");
     assert!(!has_colour(&plain), "{plain:?}");
 }
+
+/// A FIFO in the folder must never block the ingest (opening one waits
+/// for a writer), and links, sockets and FIFOs are counted as skipped with
+/// their reasons, never opened and never silently dropped.
+#[test]
+fn fifos_sockets_and_symbolic_links_are_skipped_with_a_reason_and_never_opened() {
+    let dir = tempfile::tempdir().unwrap();
+    let images = samples(dir.path(), 2, 0);
+    let photos = dir.path().join("photos");
+    let fifo = photos.join("pipe.jpg");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    let _socket = std::os::unix::net::UnixListener::bind(photos.join("socket.png")).unwrap();
+    let outside = dir.path().join("outside.png");
+    std::fs::copy(&images[0], &outside).unwrap();
+    std::os::unix::fs::symlink(&outside, photos.join("leads-out.png")).unwrap();
+    std::os::unix::fs::symlink(&images[1], photos.join("leads-in.png")).unwrap();
+
+    let started = std::time::Instant::now();
+    let summary = ingest(dir.path(), &[]);
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "the FIFO blocked the ingest"
+    );
+    assert_eq!(summary["files"], 2, "{summary}");
+    assert_eq!(summary["failed"], 0, "{summary}");
+    let skipped: Vec<(String, String)> = summary["skipped"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|entry| {
+            let path = entry["path"].as_str().unwrap();
+            let name = Path::new(path).file_name().unwrap().to_string_lossy().to_string();
+            (name, entry["reason"].as_str().unwrap().to_string())
+        })
+        .collect();
+    let names: Vec<&str> = skipped.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["leads-in.png", "leads-out.png", "pipe.jpg", "socket.png"],
+        "{summary}"
+    );
+    assert!(skipped[0].1.contains("symbolic link"), "{skipped:?}");
+    assert!(skipped[2].1.contains("FIFO"), "{skipped:?}");
+    assert!(skipped[3].1.contains("socket"), "{skipped:?}");
+
+    let plain = opledger(dir.path()).args(["ingest", "photos"]).output().unwrap();
+    let text = String::from_utf8_lossy(&plain.stdout);
+    assert!(
+        text.contains("4 skipped") && text.contains("a FIFO (named pipe)"),
+        "{}",
+        describe(&plain)
+    );
+    verify(dir.path());
+}

@@ -8,6 +8,7 @@
 //! Paths are the ledger's text of them ([`opledger_media::path_text`]): a
 //! name that is not UTF-8 is recorded reversibly and read by its real bytes.
 
+use crate::summary::SkippedFile;
 use crate::IngestError;
 use opledger_domain::events::BatchItemSpec;
 use opledger_domain::projections::OperationRow;
@@ -36,6 +37,8 @@ pub(crate) struct UnreadableFolder {
 /// What the walk found.
 pub(crate) struct Walked {
     pub files: Vec<FoundFile>,
+    /// Entries that are not regular files or folders: never opened.
+    pub skipped: Vec<SkippedFile>,
     pub unreadable: Vec<UnreadableFolder>,
     /// Folders listed, the root's own included (their texts).
     pub folders: Vec<String>,
@@ -246,6 +249,7 @@ pub(crate) fn observe(path: &Path, metadata: &std::fs::Metadata) -> FileObservat
 pub(crate) fn walk(root: &Path, exclude: &[PathBuf]) -> Result<Walked, IngestError> {
     let mut walked = Walked {
         files: Vec::new(),
+        skipped: Vec::new(),
         unreadable: Vec::new(),
         folders: Vec::new(),
     };
@@ -293,6 +297,11 @@ pub(crate) fn walk(root: &Path, exclude: &[PathBuf]) -> Result<Walked, IngestErr
                 let Ok(metadata) = entry.metadata() else { continue };
                 let observation = observe(&path, &metadata);
                 walked.files.push(FoundFile { path, observation });
+            } else {
+                walked.skipped.push(SkippedFile {
+                    path: path_text(&path),
+                    reason: not_a_file(kind).to_string(),
+                });
             }
         }
         if listed {
@@ -302,8 +311,28 @@ pub(crate) fn walk(root: &Path, exclude: &[PathBuf]) -> Result<Walked, IngestErr
     // By path, component by component (not by the path's text).
     walked.files.sort_by(|a, b| a.path.cmp(&b.path));
     walked.unreadable.sort_by(|a, b| a.path.cmp(&b.path));
+    walked.skipped.sort_by(|a, b| a.path.cmp(&b.path));
     walked.folders.sort();
     Ok(walked)
+}
+
+/// Why an entry that is neither a regular file nor a folder is skipped. It
+/// is never opened: opening a FIFO blocks until a writer comes, a device
+/// may never end, and a link may lead out of the folder (a link to a file
+/// inside it names a file the walk finds anyway).
+fn not_a_file(kind: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if kind.is_symlink() {
+        "a symbolic link (links are not followed: one may lead outside the folder)"
+    } else if kind.is_fifo() {
+        "a FIFO (named pipe), not a file"
+    } else if kind.is_socket() {
+        "a socket, not a file"
+    } else if kind.is_block_device() || kind.is_char_device() {
+        "a device, not a file"
+    } else {
+        "not a regular file"
+    }
 }
 
 /// The database's own companions (`ledger.db-wal`, `-shm`, `-journal`).

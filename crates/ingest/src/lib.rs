@@ -47,7 +47,7 @@ mod workers;
 pub use lock::IngestLock;
 pub use options::{IngestOptions, IngestProgress, NoProgress, StopLevel, StopSignal};
 pub use pipeline::ingest;
-pub use summary::{IngestError, IngestSummary, Interrupted, ReviewEntry};
+pub use summary::{IngestError, IngestSummary, Interrupted, ReviewEntry, SkippedFile};
 
 /// The task kinds an ingest requests on every file.
 pub const INGEST_TASK_KINDS: &[&str] = &["metadata", "thumbnail", "perceptual_hash"];

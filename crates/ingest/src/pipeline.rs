@@ -102,6 +102,7 @@ pub async fn ingest<S: Store>(
         failed,
         missing,
         unreadable_folders,
+        skipped: walked.skipped.clone(),
         operations_created,
         review_entries: Vec::new(),
         tasks_run,

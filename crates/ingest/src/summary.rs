@@ -39,6 +39,9 @@ pub struct IngestSummary {
     /// Folders that could not be read, recorded by this run (each a review
     /// entry; the walk went on without them).
     pub unreadable_folders: usize,
+    /// Entries of the folder that are not regular files (links, FIFOs,
+    /// sockets, devices): never opened, each with the reason.
+    pub skipped: Vec<SkippedFile>,
     /// Operations this run created (ingestions and tasks).
     pub operations_created: usize,
     /// Open review entries of this folder's files.
@@ -48,6 +51,13 @@ pub struct IngestSummary {
     pub wall_seconds: f64,
     /// Set when a stop was asked for and the run ended early.
     pub interrupted: Option<Interrupted>,
+}
+
+/// An entry of the folder the walk did not open.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SkippedFile {
+    pub path: String,
+    pub reason: String,
 }
 
 /// What an ingest stopped early left for the next run.
