@@ -123,6 +123,7 @@ fn only_backend_crates_depend_on_database_drivers() {
         "opledger-worker",
         "opledger-media",
         "opledger-ingest",
+        "opledger-http",
     ] {
         let closure = library_dependency_closure(member);
         for forbidden in [
