@@ -286,9 +286,10 @@ pub async fn cancel<S: Store>(
     State(app): State<App<S>>,
     caller: Caller,
     Path(id): Path<String>,
-    OptionalBody(body): OptionalBody<Reason>,
+    OptionalBody(body): OptionalBody<Option<Reason>>,
 ) -> ApiResult<Json<BatchDetail>> {
     caller.require(Role::Admin)?;
+    let body = body.unwrap_or_default();
     let batch_id = BatchId(parse_uuid("batch id", &id)?);
     plain_text("reason", &body.reason)?;
     let view = app
@@ -312,9 +313,10 @@ pub async fn resume<S: Store>(
     State(app): State<App<S>>,
     caller: Caller,
     Path(id): Path<String>,
-    OptionalBody(body): OptionalBody<Reason>,
+    OptionalBody(body): OptionalBody<Option<Reason>>,
 ) -> ApiResult<Json<BatchDetail>> {
     caller.require(Role::Admin)?;
+    let body = body.unwrap_or_default();
     let batch_id = BatchId(parse_uuid("batch id", &id)?);
     plain_text("reason", &body.reason)?;
     let view = app
