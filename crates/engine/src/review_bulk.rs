@@ -149,17 +149,19 @@ impl<S: Store> Engine<S> {
         } else {
             reason.trim().to_string()
         };
-        let outcomes: Vec<(i64, Result<ReviewRow, EngineError>)> = stream::iter(report.entries.iter().map(|entry| {
-            let reason = reason.clone();
-            let entry_id = entry.entry_id;
-            async move {
-                let outcome = self.resolve_review(context, entry_id, action, None, &reason).await;
-                (entry_id, outcome)
-            }
-        }))
-        .buffered(CONCURRENT_RESOLUTIONS)
-        .collect()
-        .await;
+        // The futures are made before they run, so no closure is held
+        // across an await: that keeps this future `Send` (a closure there
+        // trips rustc's higher-ranked lifetime check), which the HTTP
+        // service's handlers need.
+        let resolutions: Vec<_> = report
+            .entries
+            .iter()
+            .map(|entry| self.resolve_one(context, entry.entry_id, action, reason.clone()))
+            .collect();
+        let outcomes: Vec<(i64, Result<ReviewRow, EngineError>)> = stream::iter(resolutions)
+            .buffered(CONCURRENT_RESOLUTIONS)
+            .collect()
+            .await;
         for (entry_id, outcome) in outcomes {
             match outcome {
                 Ok(_) => report.resolved += 1,
@@ -171,6 +173,19 @@ impl<S: Store> Engine<S> {
             }
         }
         Ok(report)
+    }
+
+    async fn resolve_one(
+        &self,
+        context: &CommandContext,
+        entry_id: i64,
+        action: ReviewAction,
+        reason: String,
+    ) -> (i64, Result<ReviewRow, EngineError>) {
+        (
+            entry_id,
+            self.resolve_review(context, entry_id, action, None, &reason).await,
+        )
     }
 
     /// Gives each entry without a path (a task's) its media item's path:

@@ -6,8 +6,16 @@
 //! first ([`crate::extract::Caller::require`]) and then calls the engine
 //! like the CLI does.
 
+pub mod admin;
+pub mod batches;
+pub mod docs;
 pub mod health;
+pub mod kinds;
+pub mod media;
+pub mod ops;
+pub mod params;
 pub mod read;
+pub mod review;
 
 use crate::app::App;
 use axum::Router;
@@ -38,4 +46,26 @@ api! {
     get "/healthz" => health::healthz,
     get "/readyz" => health::readyz,
     get "/api/v1/status" => read::status,
+    get "/openapi.json" => docs::openapi,
+    get "/api/v1/operations" => ops::list,
+    get "/api/v1/operations/{id}" => ops::describe,
+    get "/api/v1/operations/{id}/timeline" => ops::timeline,
+    get "/api/v1/media" => media::list,
+    post "/api/v1/media" => media::register,
+    get "/api/v1/media/by-path" => media::by_path,
+    get "/api/v1/media/{id}" => media::show,
+    get "/api/v1/media/{id}/capabilities" => media::capabilities,
+    get "/api/v1/media/{id}/thumbnail" => media::thumbnail,
+    get "/api/v1/batches" => batches::list,
+    post "/api/v1/batches" => batches::create,
+    get "/api/v1/batches/{id}" => batches::show,
+    post "/api/v1/batches/{id}/cancel" => batches::cancel,
+    post "/api/v1/batches/{id}/resume" => batches::resume,
+    get "/api/v1/review" => review::list,
+    post "/api/v1/review/resolve" => review::resolve_all,
+    post "/api/v1/review/{entry}/resolve" => review::resolve,
+    get "/api/v1/kinds" => kinds::list,
+    post "/api/v1/kinds" => kinds::apply,
+    get "/api/v1/kinds/{name}" => kinds::show,
+    post "/api/v1/verify" => admin::verify,
 }
