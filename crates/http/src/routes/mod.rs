@@ -6,8 +6,10 @@
 //! first ([`crate::extract::Caller::require`]) and then calls the engine
 //! like the CLI does.
 
+pub mod claims;
 pub mod health;
 pub mod read;
+pub mod work;
 
 use crate::app::App;
 use axum::Router;
@@ -38,4 +40,15 @@ api! {
     get "/healthz" => health::healthz,
     get "/readyz" => health::readyz,
     get "/api/v1/status" => read::status,
+    post "/api/v1/tasks" => work::request,
+    post "/api/v1/task-requests" => work::request_many,
+    post "/api/v1/operations/{id}/cancel" => work::cancel,
+    post "/api/v1/claims" => claims::claim,
+    post "/api/v1/claims/{token}/heartbeat" => claims::heartbeat,
+    post "/api/v1/claims/{token}/progress" => claims::progress,
+    post "/api/v1/claims/{token}/complete" => claims::complete,
+    post "/api/v1/claims/{token}/fail" => claims::fail,
+    post "/api/v1/claims/{token}/release" => claims::release,
+    post "/api/v1/claims/{token}/ack-cancel" => claims::ack_cancel,
+    post "/api/v1/reports" => claims::report_many,
 }
