@@ -373,7 +373,10 @@ class Worker:
             "ack_cancel": lambda: self.client.ack_cancel(token, **fence),
         }
         pause = 0.1
-        for _ in range(8):
+        # Stopping, it gives an unreachable service a moment, not minutes.
+        for attempt in range(8):
+            if attempt >= 3 and self.stopping:
+                break
             try:
                 answer = calls[outcome[0]]()
             except ApiError as error:
