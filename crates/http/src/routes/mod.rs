@@ -8,6 +8,7 @@
 
 pub mod admin;
 pub mod batches;
+pub mod claims;
 pub mod docs;
 pub mod health;
 pub mod kinds;
@@ -16,6 +17,7 @@ pub mod ops;
 pub mod params;
 pub mod read;
 pub mod review;
+pub mod work;
 
 use crate::app::App;
 use axum::Router;
@@ -68,4 +70,15 @@ api! {
     post "/api/v1/kinds" => kinds::apply,
     get "/api/v1/kinds/{name}" => kinds::show,
     post "/api/v1/verify" => admin::verify,
+    post "/api/v1/tasks" => work::request,
+    post "/api/v1/task-requests" => work::request_many,
+    post "/api/v1/operations/{id}/cancel" => work::cancel,
+    post "/api/v1/claims" => claims::claim,
+    post "/api/v1/claims/{token}/heartbeat" => claims::heartbeat,
+    post "/api/v1/claims/{token}/progress" => claims::progress,
+    post "/api/v1/claims/{token}/complete" => claims::complete,
+    post "/api/v1/claims/{token}/fail" => claims::fail,
+    post "/api/v1/claims/{token}/release" => claims::release,
+    post "/api/v1/claims/{token}/ack-cancel" => claims::ack_cancel,
+    post "/api/v1/reports" => claims::report_many,
 }
