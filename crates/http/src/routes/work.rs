@@ -191,6 +191,11 @@ pub async fn request_many<S: Store>(
             body.requests.len()
         )));
     }
+    // Authorization is for the whole call, not per item: a token limited
+    // to other kinds is refused before anything is requested.
+    for request in &body.requests {
+        caller.may_work_on(&request.kind)?;
+    }
     // Items refused here keep their place; the rest go to the engine together.
     let checked: Vec<ApiResult<TaskRequest>> = body
         .requests
