@@ -6,6 +6,7 @@
 //! first ([`crate::extract::Caller::require`]) and then calls the engine
 //! like the CLI does.
 
+pub mod events;
 pub mod health;
 pub mod read;
 
@@ -38,4 +39,5 @@ api! {
     get "/healthz" => health::healthz,
     get "/readyz" => health::readyz,
     get "/api/v1/status" => read::status,
+    get "/api/v1/events" => events::events,
 }
