@@ -10,6 +10,7 @@ pub mod admin;
 pub mod batches;
 pub mod claims;
 pub mod docs;
+pub mod events;
 pub mod health;
 pub mod kinds;
 pub mod media;
@@ -81,4 +82,5 @@ api! {
     post "/api/v1/claims/{token}/release" => claims::release,
     post "/api/v1/claims/{token}/ack-cancel" => claims::ack_cancel,
     post "/api/v1/reports" => claims::report_many,
+    get "/api/v1/events" => events::events,
 }

@@ -1,0 +1,232 @@
+//! Live updates: the log as server-sent events, from a position, with
+//! optional filters by operation, batch or media.
+//!
+//! A stream reads the log from the last seq it sent, a page at a time
+//! (never from the start), and between reads waits on the service's wake
+//! (bumped by this process's commits and by the head poll for other
+//! processes'). The log's seq is gap-free and increases in commit order,
+//! so a client that resumes after the last id it received (`after` or
+//! `Last-Event-ID`) misses nothing and sees nothing twice. It must not
+//! know a backend: it reads through the `Store` trait's `read_all`.
+
+use crate::app::App;
+use crate::auth::Role;
+use crate::error::{ApiError, ApiResult, ErrorBody};
+use crate::extract::{parse_uuid, Caller, Params};
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use futures::{Stream, StreamExt};
+use opledger_domain::{quoted, EventEnvelope};
+use opledger_store::Store;
+use serde::Deserialize;
+use serde_json::Value;
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use tokio::sync::watch;
+use utoipa::IntoParams;
+
+/// Events read from the log per page.
+const PAGE: usize = 500;
+
+/// Where a stream starts and what it keeps.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct EventsQuery {
+    /// Send events after this seq (`Last-Event-ID` wins when both are
+    /// given, so a reconnect resumes where it stopped). Default: the head
+    /// of the log now (only new events).
+    pub after: Option<i64>,
+    /// Only events of this operation (its stream, or a payload naming it).
+    pub operation: Option<String>,
+    /// Only events of this batch (its stream, or a payload naming it).
+    pub batch: Option<String>,
+    /// Only events of this media item (its stream, or a payload naming it).
+    pub media: Option<String>,
+}
+
+/// What an event must name to be sent: each given filter must match.
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    /// `(what, id)`: `what` is `operation`, `batch` or `media`.
+    wanted: Vec<(&'static str, String)>,
+}
+
+impl Filter {
+    fn from_query(query: &EventsQuery) -> ApiResult<Self> {
+        let mut wanted = Vec::new();
+        for (what, given) in [
+            ("operation", &query.operation),
+            ("batch", &query.batch),
+            ("media", &query.media),
+        ] {
+            if let Some(text) = given {
+                wanted.push((what, parse_uuid(what, text)?.hyphenated().to_string()));
+            }
+        }
+        Ok(Filter { wanted })
+    }
+
+    /// The event belongs to every wanted id: its stream is that id's
+    /// stream, or its payload names the id (`media_id`, `batch_id`,
+    /// `operation_id`, `operation_ids`, at any depth: a task's target
+    /// names its media item).
+    pub fn keeps(&self, envelope: &EventEnvelope, json: &Value) -> bool {
+        self.wanted
+            .iter()
+            .all(|(what, id)| envelope.stream_id.as_str() == format!("{what}-{id}") || names(json, what, id))
+    }
+}
+
+fn names(value: &Value, what: &str, id: &str) -> bool {
+    match value {
+        Value::Object(fields) => fields.iter().any(|(key, field)| {
+            let is_key = key
+                .strip_prefix(what)
+                .is_some_and(|rest| rest == "_id" || rest == "_ids");
+            (is_key && mentions(field, id)) || names(field, what, id)
+        }),
+        Value::Array(items) => items.iter().any(|item| names(item, what, id)),
+        _ => false,
+    }
+}
+
+fn mentions(value: &Value, id: &str) -> bool {
+    match value {
+        Value::String(text) => text == id,
+        Value::Array(items) => items.iter().any(|item| mentions(item, id)),
+        _ => false,
+    }
+}
+
+/// The log as server-sent events: each `id: SEQ`, `event: EVENT_TYPE`,
+/// `data: ENVELOPE_JSON`; a heartbeat comment every `sse_heartbeat` when
+/// quiet. Ends when the service shuts down.
+#[utoipa::path(get, path = "/api/v1/events", tag = "live", params(EventsQuery,
+        ("Last-Event-ID" = Option<i64>, Header, description = "Resume after this seq (wins over `after`).")),
+    responses(
+        (status = 200, description = "An event stream (`text/event-stream`).", content_type = "text/event-stream", body = String),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn events<S: Store>(
+    State(app): State<App<S>>,
+    caller: Caller,
+    headers: HeaderMap,
+    Params(query): Params<EventsQuery>,
+) -> ApiResult<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>> {
+    caller.require(Role::Reader)?;
+    let filter = Filter::from_query(&query)?;
+    let resume = match headers.get("last-event-id") {
+        None => None,
+        Some(value) => Some(
+            value
+                .to_str()
+                .ok()
+                .and_then(|text| text.trim().parse::<i64>().ok())
+                .ok_or_else(|| ApiError::malformed("Last-Event-ID is not a seq (a whole number)"))?,
+        ),
+    };
+    let after = match resume.or(query.after) {
+        Some(after) if after < 0 => {
+            return Err(ApiError::malformed(format!(
+                "after {} is not a seq (0 or more)",
+                quoted(&after.to_string())
+            )))
+        }
+        Some(after) => after,
+        None => app
+            .engine()
+            .store()
+            .head()
+            .await
+            .map_err(opledger_engine::EngineError::from)?,
+    };
+    let heartbeat = app.config().sse_heartbeat;
+    let wake = app.wake().subscribe();
+    let stream = Tail {
+        app,
+        filter,
+        after,
+        ready: VecDeque::new(),
+        wake,
+    }
+    .into_stream();
+    Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(heartbeat).text("heartbeat")))
+}
+
+/// One client's place in the log.
+struct Tail<S: Store> {
+    app: App<S>,
+    filter: Filter,
+    /// The last seq read (sent or filtered out).
+    after: i64,
+    /// Read and kept, not yet sent.
+    ready: VecDeque<SseEvent>,
+    wake: watch::Receiver<u64>,
+}
+
+impl<S: Store> Tail<S> {
+    fn into_stream(self) -> impl Stream<Item = Result<SseEvent, Infallible>> {
+        futures::stream::unfold(self, |mut tail| async move {
+            let next = tail.next().await?;
+            Some((Ok(next), tail))
+        })
+    }
+
+    /// The next event to send; None once the service stops or the log
+    /// cannot be read (the client reconnects from its last id).
+    async fn next(&mut self) -> Option<SseEvent> {
+        loop {
+            if self.app.is_stopping() {
+                return None;
+            }
+            if let Some(event) = self.ready.pop_front() {
+                return Some(event);
+            }
+            // Seen before reading: a commit after this read wakes the wait below.
+            self.wake.borrow_and_update();
+            let read = self.read_page().await?;
+            if read > 0 {
+                continue;
+            }
+            let stopped = self.app.clone();
+            tokio::select! {
+                changed = self.wake.changed() => changed.ok()?,
+                _ = stopped.stopped() => return None,
+            }
+        }
+    }
+
+    /// Reads up to a page after `after`; returns how many events it read.
+    async fn read_page(&mut self) -> Option<usize> {
+        let mut page = self.app.engine().store().read_all(self.after, PAGE).take(PAGE);
+        let mut read = 0;
+        while let Some(envelope) = page.next().await {
+            let envelope = match envelope {
+                Ok(envelope) => envelope,
+                Err(error) => {
+                    tracing::warn!(%error, after = self.after, "an event stream cannot read the log");
+                    return if read > 0 { Some(read) } else { None };
+                }
+            };
+            read += 1;
+            self.after = envelope.seq;
+            let json = match serde_json::to_value(&envelope) {
+                Ok(json) => json,
+                Err(error) => {
+                    tracing::error!(%error, seq = envelope.seq, "an event does not serialize");
+                    continue;
+                }
+            };
+            if self.filter.keeps(&envelope, &json) {
+                self.ready.push_back(
+                    SseEvent::default()
+                        .id(envelope.seq.to_string())
+                        .event(envelope.event_type())
+                        .data(json.to_string()),
+                );
+            }
+        }
+        Some(read)
+    }
+}
