@@ -9,6 +9,7 @@
 pub mod claims;
 pub mod health;
 pub mod read;
+pub mod reports;
 pub mod work;
 
 use crate::app::App;
@@ -50,5 +51,5 @@ api! {
     post "/api/v1/claims/{token}/fail" => claims::fail,
     post "/api/v1/claims/{token}/release" => claims::release,
     post "/api/v1/claims/{token}/ack-cancel" => claims::ack_cancel,
-    post "/api/v1/reports" => claims::report_many,
+    post "/api/v1/reports" => reports::report_many,
 }
