@@ -639,6 +639,7 @@ impl BenchArgs {
                 Workload::Ingest => opledger_bench::Workload::Ingest,
                 Workload::Status => opledger_bench::Workload::Status,
                 Workload::Timeline => opledger_bench::Workload::Timeline,
+                Workload::Http => opledger_bench::Workload::Http,
             },
             events: self.events,
             batch: self.batch,
@@ -669,6 +670,8 @@ pub enum Workload {
     Status,
     /// Latency of one operation's timeline in a log of `--events` events.
     Timeline,
+    /// The lifecycle over HTTP: an in-process `opledger serve` and N worker clients, against the in-process figure.
+    Http,
 }
 
 #[derive(Debug, Subcommand)]

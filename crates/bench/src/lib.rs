@@ -18,6 +18,7 @@ mod backend;
 mod error;
 pub mod events;
 pub mod floor;
+mod http;
 mod ingest;
 pub mod lifecycle;
 mod listings;
@@ -52,6 +53,9 @@ pub enum Workload {
     Status,
     /// Latency of one operation's timeline in a log of `events` events.
     Timeline,
+    /// The lifecycle over HTTP (an in-process `opledger serve`, N worker
+    /// clients), against the in-process lifecycle in the same run.
+    Http,
 }
 
 impl Workload {
@@ -64,6 +68,7 @@ impl Workload {
             Workload::Ingest => "ingest",
             Workload::Status => "status",
             Workload::Timeline => "timeline",
+            Workload::Http => "http",
         }
     }
 }
@@ -81,7 +86,7 @@ pub struct Options {
     pub unbatched_events: u64,
     /// Rounds of each measurement; figures are medians (ours and the floor alternate).
     pub rounds: usize,
-    /// Tasks the lifecycle workload runs (half metadata, half thumbnail).
+    /// Tasks the lifecycle and http workloads run (half metadata, half thumbnail).
     pub tasks: u64,
     /// Worker counts the lifecycle and ingest workloads measure, one run each.
     pub workers: Vec<usize>,
@@ -125,7 +130,7 @@ pub async fn run(database_url: &str, options: &Options) -> Result<Value, BenchEr
             Workload::Ingest => ingest::ingest(&template, dir, options).await?,
             Workload::Status => queries::status(&template, dir, options).await?,
             Workload::Timeline => queries::timeline(&template, dir, options).await?,
-            Workload::Append | Workload::Replay | Workload::Lifecycle => {
+            Workload::Append | Workload::Replay | Workload::Lifecycle | Workload::Http => {
                 let backend = SqliteBench {
                     template,
                     dir: dir.to_path_buf(),
@@ -145,6 +150,7 @@ async fn on_any_backend<B: backend::BenchBackend>(backend: &B, options: &Options
         Workload::Append => log::append(backend, options).await,
         Workload::Replay => log::replay(backend, options).await,
         Workload::Lifecycle => lifecycle::lifecycle(backend, options).await,
+        Workload::Http => http::http(backend, options).await,
         Workload::Ingest | Workload::Status | Workload::Timeline => Err(BenchError::Invalid(format!(
             "opledger bench {} runs on SQLite only so far",
             options.workload.name()

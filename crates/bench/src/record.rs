@@ -87,7 +87,7 @@ pub fn command_line(database_url: &str, options: &Options) -> String {
             options.events, options.batch, options.unbatched_events, options.rounds
         ),
         Workload::Replay => format!("--events {}", options.events),
-        Workload::Lifecycle => format!(
+        Workload::Lifecycle | Workload::Http => format!(
             "--tasks {} --workers {workers} --claim-batch {}",
             options.tasks, options.claim_batch
         ),

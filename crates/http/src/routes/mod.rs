@@ -17,6 +17,7 @@ pub mod media;
 pub mod ops;
 pub mod params;
 pub mod read;
+pub mod reports;
 pub mod review;
 pub mod work;
 
@@ -81,6 +82,6 @@ api! {
     post "/api/v1/claims/{token}/fail" => claims::fail,
     post "/api/v1/claims/{token}/release" => claims::release,
     post "/api/v1/claims/{token}/ack-cancel" => claims::ack_cancel,
-    post "/api/v1/reports" => claims::report_many,
+    post "/api/v1/reports" => reports::report_many,
     get "/api/v1/events" => events::events,
 }
