@@ -6,8 +6,10 @@
 //! first ([`crate::extract::Caller::require`]) and then calls the engine
 //! like the CLI does.
 
+pub mod dashboard;
 pub mod events;
 pub mod health;
+pub mod metrics;
 pub mod read;
 
 use crate::app::App;
@@ -40,4 +42,7 @@ api! {
     get "/readyz" => health::readyz,
     get "/api/v1/status" => read::status,
     get "/api/v1/events" => events::events,
+    get "/metrics" => metrics::metrics,
+    get "/" => dashboard::index,
+    get "/assets/{file}" => dashboard::asset,
 }
