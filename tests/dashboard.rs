@@ -205,9 +205,18 @@ fn the_dashboard_shows_live_progress_resolves_a_review_entry_and_runs_no_payload
     let runtime = common::runtime();
     runtime.block_on(async {
         let client = connect(port).await;
-        let result = drive(&client, &base, &admin, &batch_id, &url).await;
+        // Driven in a task so that the browser session closes (and chromium
+        // exits) even when a check fails; the failure is raised after.
+        let driving = {
+            let client = client.clone();
+            let (base, batch_id, url) = (base.clone(), batch_id.clone(), url.clone());
+            tokio::spawn(async move { drive(&client, &base, &admin, &batch_id, &url).await })
+        };
+        let outcome = driving.await;
         let _ = client.close().await;
-        result
+        if let Err(failed) = outcome {
+            std::panic::resume_unwind(failed.into_panic());
+        }
     });
     assert!(
         started.elapsed() < Duration::from_secs(90),
