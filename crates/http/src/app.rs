@@ -2,6 +2,7 @@
 //! readiness and shutdown, and the wake-up of long-polls.
 
 use crate::auth::Tokens;
+use crate::metrics::Metrics;
 use crate::wake::Wake;
 use opledger_engine::Engine;
 use opledger_store::Store;
@@ -66,6 +67,7 @@ struct Inner<S: Store> {
     ready: AtomicBool,
     stopping: watch::Sender<bool>,
     wake: Wake,
+    metrics: Metrics,
 }
 
 impl<S: Store> App<S> {
@@ -79,6 +81,7 @@ impl<S: Store> App<S> {
                 ready: AtomicBool::new(false),
                 stopping,
                 wake: Wake::new(),
+                metrics: Metrics::new(),
             }),
         }
     }
@@ -119,5 +122,10 @@ impl<S: Store> App<S> {
     /// What wakes long-polls and event streams.
     pub fn wake(&self) -> &Wake {
         &self.inner.wake
+    }
+
+    /// This service's metrics (its own recorder, not a process-global one).
+    pub fn metrics(&self) -> &Metrics {
+        &self.inner.metrics
     }
 }

@@ -12,6 +12,7 @@ pub mod app;
 pub mod auth;
 pub mod error;
 pub mod extract;
+pub mod metrics;
 pub mod routes;
 pub mod wake;
 
@@ -62,8 +63,9 @@ impl utoipa::Modify for BearerAuth {
 }
 
 /// Every route with the service's layers: the body limit, the readiness
-/// gate, and the panic layer (a panic is a logged 500 in the error shape,
-/// never a dropped connection).
+/// gate, the panic layer (a panic is a logged 500 in the error shape,
+/// never a dropped connection), and outermost the request log and latency
+/// histogram, so every answer is measured, a panic's 500 included.
 pub fn router<S: Store>(app: App<S>) -> Router {
     let limit = app.config().body_limit;
     routes::api_routes::<S>()
@@ -71,6 +73,7 @@ pub fn router<S: Store>(app: App<S>) -> Router {
         .layer(axum::middleware::from_fn_with_state(app.clone(), gate::<S>))
         .layer(DefaultBodyLimit::max(limit))
         .layer(CatchPanicLayer::custom(panicked))
+        .layer(axum::middleware::from_fn_with_state(app.clone(), metrics::observe::<S>))
         .with_state(app)
 }
 
@@ -161,6 +164,7 @@ async fn start<S: Store>(app: &App<S>) -> Result<(), EngineError> {
         requeued = recovered.requeued,
         "startup recovery done"
     );
+    app.metrics().count_from(engine.store().head().await?).await;
     app.wake().bump();
     Ok(())
 }

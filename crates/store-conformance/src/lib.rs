@@ -71,6 +71,7 @@ macro_rules! conformance_tests {
             concurrent_writes_on_one_store_succeed_or_fail_on_their_own,
             claimable_rows_come_by_priority_then_waiting_time_within_kinds_and_time,
             claimable_tasks_ahead_are_those_a_claim_of_the_kind_takes_first,
+            claim_queues_count_each_kinds_claimable_tasks_and_their_oldest_time,
             leases_round_trip_and_expired_claims_honour_extended_leases,
             rows_are_found_by_non_key_columns,
             processing_state_constraints_are_enforced_by_the_database,

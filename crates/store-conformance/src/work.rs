@@ -260,3 +260,60 @@ pub async fn claimable_tasks_ahead_are_those_a_claim_of_the_kind_takes_first<H: 
         .unwrap();
     assert_eq!(operation_ids(&claimed), vec![2, 3, 1, 7]);
 }
+
+pub async fn claim_queues_count_each_kinds_claimable_tasks_and_their_oldest_time<H: Harness>(harness: &H) {
+    let store = harness.open().await;
+    declare_kinds(&store).await;
+    use OperationStatus::{Queued, RetryWaiting, Succeeded};
+    let specs: [(u128, &str, OperationStatus, i64); 6] = [
+        (1, "metadata", Queued, 30),
+        (2, "metadata", RetryWaiting, 10),
+        // Due later than `now`: not claimable yet.
+        (3, "metadata", Queued, 500),
+        // Not claimable.
+        (4, "metadata", Succeeded, 0),
+        (5, "thumbnail", Succeeded, 0),
+        (6, "thumbnail", Queued, 60),
+    ];
+    let mut rows = Vec::new();
+    for (operation, kind, status, available_at) in specs {
+        let item = media(operation);
+        rows.push(upsert(Row::Media(media_row(item))));
+        rows.push(upsert(Row::ProcessingState(state(
+            operation,
+            TargetType::Media,
+            item.0,
+            kind,
+            status,
+            0,
+            available_at,
+        ))));
+    }
+    let region = RegionId(Uuid::from_u128(77));
+    rows.push(upsert(Row::Region(region_row(region, media(1)))));
+    rows.push(upsert(Row::ProcessingState(state(
+        8,
+        TargetType::Region,
+        region.0,
+        "crop_embedding",
+        Queued,
+        0,
+        20,
+    ))));
+    write_rows(&store, rows).await.unwrap();
+    let queues = store.claim_queues(CLAIMABLE_STATUSES, at(100)).await.unwrap();
+    let seen: Vec<(&str, u64, _)> = queues
+        .iter()
+        .map(|queue| (queue.kind.as_str(), queue.claimable, queue.oldest_available_at))
+        .collect();
+    assert_eq!(
+        seen,
+        vec![
+            ("crop_embedding", 1, at(20)),
+            ("metadata", 2, at(10)),
+            ("thumbnail", 1, at(60)),
+        ]
+    );
+    assert!(store.claim_queues(CLAIMABLE_STATUSES, at(5)).await.unwrap().is_empty());
+    assert!(store.claim_queues(&[], at(100)).await.unwrap().is_empty());
+}

@@ -89,8 +89,8 @@ use opledger_domain::projections::{all_specs, Cell, ColumnType, Row, TableSpec};
 use opledger_domain::{EventEnvelope, StreamId, Timestamp};
 use opledger_store::group_commit::WorkPiece;
 use opledger_store::{
-    log, positions, AheadQuery, BoxFuture, ClaimableAhead, ExpiredClaim, Lease, Page, PageQuery, ProjectionState,
-    Store, StoreError,
+    log, positions, AheadQuery, BoxFuture, ClaimQueue, ClaimableAhead, ExpiredClaim, Lease, Page, PageQuery,
+    ProjectionState, Store, StoreError,
 };
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, PgConnection, PgPool, Row as _};
@@ -493,6 +493,14 @@ impl Store for PostgresStore {
 
     async fn claimable_ahead(&self, query: &AheadQuery) -> Result<ClaimableAhead, StoreError> {
         work::claimable_ahead(&self.inner.readers, query).await
+    }
+
+    async fn claim_queues(
+        &self,
+        statuses: &'static [opledger_domain::OperationStatus],
+        now: Timestamp,
+    ) -> Result<Vec<ClaimQueue>, StoreError> {
+        work::claim_queues(&self.inner.readers, statuses, now).await
     }
 
     async fn open_scratch(&self) -> Result<PostgresScratch, StoreError> {

@@ -8,7 +8,7 @@ use crate::rows::{column_list, decode_row, Values};
 use chrono::{DateTime, Utc};
 use opledger_domain::projections::{state_table, Row, TableSpec, MEDIA_STATES_TABLE, REGION_STATES_TABLE};
 use opledger_domain::{OperationId, Timestamp};
-use opledger_store::{AheadQuery, ClaimQuery, ClaimableAhead, ExpiredClaim, Lease, StoreError};
+use opledger_store::{AheadQuery, ClaimQuery, ClaimQueue, ClaimableAhead, ExpiredClaim, Lease, StoreError};
 use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, Row as _};
 use uuid::Uuid;
@@ -129,6 +129,69 @@ where
         ahead: u64::try_from(ahead).unwrap_or(0),
         higher_priority: u64::try_from(higher).unwrap_or(0),
     })
+}
+
+/// Each kind's claimable queue: its depth and the earliest time one of
+/// its tasks became claimable, over both state tables (merged here; a kind
+/// targets one of them, but nothing depends on that). The statuses are
+/// literals for the claimable partial index, as in [`claimable`].
+pub async fn claim_queues<'c, E>(
+    executor: E,
+    statuses: &[opledger_domain::OperationStatus],
+    now: Timestamp,
+) -> Result<Vec<ClaimQueue>, StoreError>
+where
+    E: sqlx::Executor<'c, Database = sqlx::Postgres>,
+{
+    if statuses.is_empty() {
+        return Ok(Vec::new());
+    }
+    let statuses: Vec<String> = statuses
+        .iter()
+        .map(|status| {
+            let text = status.as_str();
+            assert!(
+                text.bytes().all(|byte| byte.is_ascii_lowercase() || byte == b'_'),
+                "status {text:?} is not a plain word"
+            );
+            format!("'{text}'")
+        })
+        .collect();
+    let part = |table: &str| {
+        format!(
+            "SELECT task_kind, COUNT(*), MIN(available_at) FROM {table} \
+             WHERE status IN ({}) AND available_at <= $1 GROUP BY task_kind",
+            statuses.join(", ")
+        )
+    };
+    let sql = format!(
+        "{} UNION ALL {}",
+        part(MEDIA_STATES_TABLE.name),
+        part(REGION_STATES_TABLE.name)
+    );
+    let fetched: Vec<(String, i64, DateTime<Utc>)> = sqlx::query_as(&sql)
+        .bind(now.to_datetime())
+        .fetch_all(executor)
+        .await
+        .map_err(|error| map(error, "reading the claim queues"))?;
+    let mut queues: Vec<ClaimQueue> = Vec::new();
+    for (kind, count, oldest) in fetched {
+        let oldest = Timestamp::from_datetime(oldest);
+        let claimable = u64::try_from(count).unwrap_or(0);
+        match queues.iter_mut().find(|queue| queue.kind == kind) {
+            Some(queue) => {
+                queue.claimable += claimable;
+                queue.oldest_available_at = queue.oldest_available_at.min(oldest);
+            }
+            None => queues.push(ClaimQueue {
+                kind,
+                claimable,
+                oldest_available_at: oldest,
+            }),
+        }
+    }
+    queues.sort_by(|a, b| a.kind.cmp(&b.kind));
+    Ok(queues)
 }
 
 /// Held claims whose effective lease (the claim's, extended by the lease

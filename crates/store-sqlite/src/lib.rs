@@ -40,8 +40,8 @@ use opledger_domain::projections::{Cell, Row, TableSpec};
 use opledger_domain::{EventEnvelope, StreamId, Timestamp};
 use opledger_store::group_commit::WorkPiece;
 use opledger_store::{
-    log, positions, AheadQuery, BoxFuture, ClaimableAhead, ExpiredClaim, Lease, Page, PageQuery, ProjectionState,
-    Store, StoreError,
+    log, positions, AheadQuery, BoxFuture, ClaimQueue, ClaimableAhead, ExpiredClaim, Lease, Page, PageQuery,
+    ProjectionState, Store, StoreError,
 };
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
 use sqlx::{ConnectOptions, Connection, Row as _, SqliteConnection};
@@ -508,6 +508,14 @@ impl Store for SqliteStore {
 
     async fn claimable_ahead(&self, query: &AheadQuery) -> Result<ClaimableAhead, StoreError> {
         work::claimable_ahead(&self.inner.readers, query).await
+    }
+
+    async fn claim_queues(
+        &self,
+        statuses: &'static [opledger_domain::OperationStatus],
+        now: Timestamp,
+    ) -> Result<Vec<ClaimQueue>, StoreError> {
+        work::claim_queues(&self.inner.readers, statuses, now).await
     }
 
     async fn open_scratch(&self) -> Result<SqliteScratch, StoreError> {

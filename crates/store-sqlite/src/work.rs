@@ -6,7 +6,7 @@ use crate::error::map;
 use crate::rows::column_list;
 use opledger_domain::projections::{state_table, Cell, Row, TableSpec, MEDIA_STATES_TABLE, REGION_STATES_TABLE};
 use opledger_domain::{OperationId, Timestamp};
-use opledger_store::{AheadQuery, ClaimableAhead, ExpiredClaim, Lease, StoreError};
+use opledger_store::{AheadQuery, ClaimQueue, ClaimableAhead, ExpiredClaim, Lease, StoreError};
 use sqlx::sqlite::SqliteRow;
 use sqlx::Row as _;
 
@@ -93,6 +93,62 @@ where
         ahead: u64::try_from(ahead).unwrap_or(0),
         higher_priority: u64::try_from(higher).unwrap_or(0),
     })
+}
+
+/// Each kind's claimable queue: its depth and the earliest time one of
+/// its tasks became claimable, over both state tables (merged here; a kind
+/// targets one of them, but nothing depends on that). The statuses are
+/// literals for the claimable index, as in [`claimable_sql`].
+pub async fn claim_queues<'c, E>(
+    executor: E,
+    statuses: &[opledger_domain::OperationStatus],
+    now: Timestamp,
+) -> Result<Vec<ClaimQueue>, StoreError>
+where
+    E: sqlx::Executor<'c, Database = sqlx::Sqlite>,
+{
+    if statuses.is_empty() {
+        return Ok(Vec::new());
+    }
+    let statuses: Vec<String> = statuses.iter().map(|status| format!("'{}'", status.as_str())).collect();
+    let part = |table: &str| {
+        format!(
+            "SELECT task_kind, COUNT(*), MIN(available_at) FROM {table} \
+             WHERE status IN ({}) AND available_at <= ?1 GROUP BY task_kind",
+            statuses.join(", ")
+        )
+    };
+    let sql = format!(
+        "{} UNION ALL {}",
+        part(MEDIA_STATES_TABLE.name),
+        part(REGION_STATES_TABLE.name)
+    );
+    let fetched: Vec<(String, i64, String)> = sqlx::query_as(&sql)
+        .bind(now.to_rfc3339())
+        .fetch_all(executor)
+        .await
+        .map_err(|error| map(error, "reading the claim queues"))?;
+    let mut queues: Vec<ClaimQueue> = Vec::new();
+    for (kind, count, oldest) in fetched {
+        let oldest = Timestamp::parse(&oldest).map_err(StoreError::corrupt)?;
+        merge_queue(&mut queues, kind, u64::try_from(count).unwrap_or(0), oldest);
+    }
+    queues.sort_by(|a, b| a.kind.cmp(&b.kind));
+    Ok(queues)
+}
+
+fn merge_queue(queues: &mut Vec<ClaimQueue>, kind: String, claimable: u64, oldest: Timestamp) {
+    match queues.iter_mut().find(|queue| queue.kind == kind) {
+        Some(queue) => {
+            queue.claimable += claimable;
+            queue.oldest_available_at = queue.oldest_available_at.min(oldest);
+        }
+        None => queues.push(ClaimQueue {
+            kind,
+            claimable,
+            oldest_available_at: oldest,
+        }),
+    }
 }
 
 /// Held claims whose effective lease (the claim's, extended by the lease

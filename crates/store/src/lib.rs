@@ -31,8 +31,8 @@ mod traits;
 pub use error::{ErrorKind, StoreError};
 pub use page::{Direction, Page, PageQuery};
 pub use traits::{
-    AheadQuery, ClaimQuery, ClaimableAhead, ExpectedVersion, ExpiredClaim, Lease, ProjectionState, RowDiff, RowTarget,
-    ScratchTarget, Store, StreamAppend, TableDiff, TableSet, WriteTx,
+    AheadQuery, ClaimQuery, ClaimQueue, ClaimableAhead, ExpectedVersion, ExpiredClaim, Lease, ProjectionState, RowDiff,
+    RowTarget, ScratchTarget, Store, StreamAppend, TableDiff, TableSet, WriteTx,
 };
 
 /// A boxed future, the shape `Store::write` work closures return.

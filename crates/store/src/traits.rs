@@ -142,6 +142,17 @@ pub struct ClaimableAhead {
     pub higher_priority: u64,
 }
 
+/// One task kind's claimable queue ([`Store::claim_queues`]): what
+/// dashboards and metrics show as its depth and its age.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimQueue {
+    pub kind: String,
+    /// Tasks a claim of the kind could take now.
+    pub claimable: u64,
+    /// Since when the longest-waiting of them is claimable.
+    pub oldest_available_at: Timestamp,
+}
+
 /// Projection rows that folds load and write back.
 pub trait RowTarget: Send {
     /// Loads the rows of `table` with these primary keys (absent keys are
@@ -443,6 +454,17 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// counting at most `query.limit`: a read of the kind's part of the
     /// claimable index, from a read connection.
     fn claimable_ahead(&self, query: &AheadQuery) -> impl Future<Output = Result<ClaimableAhead, StoreError>> + Send;
+
+    /// Every task kind with claimable tasks now (status in `statuses`,
+    /// `available_at <= now`, both target types): how many, and the
+    /// earliest `available_at`, in kind order; kinds with none are left
+    /// out. A read of the claimable rows from a read connection, meant for
+    /// a metrics scrape, not for every request.
+    fn claim_queues(
+        &self,
+        statuses: &'static [OperationStatus],
+        now: Timestamp,
+    ) -> impl Future<Output = Result<Vec<ClaimQueue>, StoreError>> + Send;
 
     /// Opens an empty scratch copy of every projection table.
     fn open_scratch(&self) -> impl Future<Output = Result<Self::Scratch, StoreError>> + Send;

@@ -9,11 +9,13 @@
 pub mod admin;
 pub mod batches;
 pub mod claims;
+pub mod dashboard;
 pub mod docs;
 pub mod events;
 pub mod health;
 pub mod kinds;
 pub mod media;
+pub mod metrics;
 pub mod ops;
 pub mod params;
 pub mod read;
@@ -84,4 +86,7 @@ api! {
     post "/api/v1/claims/{token}/ack-cancel" => claims::ack_cancel,
     post "/api/v1/reports" => reports::report_many,
     get "/api/v1/events" => events::events,
+    get "/metrics" => metrics::metrics,
+    get "/" => dashboard::index,
+    get "/assets/{file}" => dashboard::asset,
 }
