@@ -99,13 +99,24 @@ fn mentions(value: &Value, id: &str) -> bool {
     }
 }
 
+/// One server-sent event as the stream carries it: `id` is the event's
+/// seq (what `Last-Event-ID` resumes after), `event` its type, `data` its
+/// envelope as JSON text.
+#[derive(Debug, utoipa::ToSchema)]
+pub struct StreamedEvent {
+    pub id: String,
+    pub event: String,
+    pub data: String,
+}
+
 /// The log as server-sent events: each `id: SEQ`, `event: EVENT_TYPE`,
 /// `data: ENVELOPE_JSON`; a heartbeat comment every `sse_heartbeat` when
 /// quiet. Ends when the service shuts down.
 #[utoipa::path(get, path = "/api/v1/events", tag = "live", params(EventsQuery,
         ("Last-Event-ID" = Option<i64>, Header, description = "Resume after this seq (wins over `after`).")),
     responses(
-        (status = 200, description = "An event stream (`text/event-stream`).", content_type = "text/event-stream", body = String),
+        (status = 200, description = "An event stream (`text/event-stream`): one SSE event per log event.",
+            content_type = "text/event-stream", body = StreamedEvent),
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn events<S: Store>(
