@@ -6,7 +6,8 @@
 //!   in the middle of a task, which recovery interrupts and another worker
 //!   completes; every task has exactly one accepted completion.
 //! - **Two services** on one PostgreSQL database, workers spread over both:
-//!   exactly once still holds.
+//!   exactly once still holds, and an event-stream client on each service
+//!   sees every event of the log (both services' commits), once, in order.
 //! - **SIGTERM to `serve`** while workers long-poll and complete: it exits
 //!   0 at once, and every completion a worker got a 2xx for is in the log.
 //!
@@ -131,6 +132,31 @@ fn serve(dir: &Path, name: &str, database_url: &str, tokens: &Path) -> (Kid, Str
     // Whatever else it prints is read, so it never blocks on a full pipe.
     std::thread::spawn(move || lines.for_each(drop));
     (kid, base)
+}
+
+/// The seqs an event-stream client of `base` has seen so far, from the
+/// start of the log: a thread reads `/api/v1/events?after=0` over a plain
+/// socket until the stream ends (the service shut down).
+fn follow_events(base: &str, token: &str) -> std::sync::Arc<std::sync::Mutex<Vec<i64>>> {
+    use std::io::Write;
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let address = base.trim_start_matches("http://").to_string();
+    let request = format!(
+        "GET /api/v1/events?after=0 HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {token}\r\n\
+         Accept: text/event-stream\r\n\r\n"
+    );
+    let into = std::sync::Arc::clone(&seen);
+    std::thread::spawn(move || {
+        let mut stream = std::net::TcpStream::connect(&address).expect("the service accepts");
+        stream.write_all(request.as_bytes()).expect("the request is sent");
+        for line in BufReader::new(stream).lines() {
+            let Ok(line) = line else { return };
+            if let Some(seq) = line.strip_prefix("id: ").and_then(|seq| seq.trim().parse().ok()) {
+                into.lock().unwrap().push(seq);
+            }
+        }
+    });
+    seen
 }
 
 /// Waits until `base` answers `/readyz` with 200.
@@ -333,7 +359,9 @@ async fn four_python_workers_drain_500_tasks_exactly_once_and_a_killed_ones_task
     assert!(lines_of(dir.path(), "victim", "acked").is_empty());
 }
 
-async fn two_services_on_one_postgres_database_serve_workers_exactly_once<B: Backend>(backend: &B) {
+async fn two_services_on_one_postgres_database_serve_workers_exactly_once_and_stream_every_event<B: Backend>(
+    backend: &B,
+) {
     if backend.name() != "postgres" || !python_available() {
         return;
     }
@@ -344,6 +372,7 @@ async fn two_services_on_one_postgres_database_serve_workers_exactly_once<B: Bac
     let (mut second, second_base) = serve(dir.path(), "serve-2", &backend.url(), &tokens);
     wait_ready(&first_base);
     wait_ready(&second_base);
+    let streams = [follow_events(&first_base, &token), follow_events(&second_base, &token)];
     let names: Vec<String> = (1..=4).map(|n| format!("w{n}")).collect();
     let mut workers: Vec<Kid> = names
         .iter()
@@ -358,6 +387,24 @@ async fn two_services_on_one_postgres_database_serve_workers_exactly_once<B: Bac
     });
     for worker in &mut workers {
         worker.terminate(Duration::from_secs(15));
+    }
+    // Every event either service committed reaches the clients of both.
+    let head = backend.open().await.head().await.expect("the head reads");
+    let every: Vec<i64> = (1..=head).collect();
+    for (index, seen) in streams.iter().enumerate() {
+        wait_until(Duration::from_secs(30), "the event streams reach the head", || {
+            seen.lock().unwrap().last().is_some_and(|last| *last >= head)
+        });
+        // Later events (none are expected) may follow; up to the head the
+        // stream is exactly the log.
+        let seen = seen.lock().unwrap();
+        assert_eq!(
+            seen[..every.len().min(seen.len())],
+            every[..],
+            "the client of service {} saw every event once, in order",
+            index + 1
+        );
+        assert!(seen.windows(2).all(|pair| pair[0] < pair[1]), "no event repeated");
     }
     first.terminate(Duration::from_secs(15));
     second.terminate(Duration::from_secs(15));
@@ -427,6 +474,6 @@ async fn sigterm_to_serve_answers_long_polls_and_loses_no_acknowledged_completio
 
 opledger_testkit::backend_tests!(
     four_python_workers_drain_500_tasks_exactly_once_and_a_killed_ones_task_is_redone,
-    two_services_on_one_postgres_database_serve_workers_exactly_once,
+    two_services_on_one_postgres_database_serve_workers_exactly_once_and_stream_every_event,
     sigterm_to_serve_answers_long_polls_and_loses_no_acknowledged_completion,
 );
