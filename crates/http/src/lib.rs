@@ -67,8 +67,14 @@ impl utoipa::Modify for BearerAuth {
 /// never a dropped connection), and outermost the request log and latency
 /// histogram, so every answer is measured, a panic's 500 included.
 pub fn router<S: Store>(app: App<S>) -> Router {
+    with_layers(routes::api_routes::<S>(), app)
+}
+
+/// `routes` with the service's layers (what [`router`] serves); tests
+/// layer routes of their own with it, such as one that panics.
+pub fn with_layers<S: Store>(routes: Router<App<S>>, app: App<S>) -> Router {
     let limit = app.config().body_limit;
-    routes::api_routes::<S>()
+    routes
         .fallback(not_found)
         .layer(axum::middleware::from_fn_with_state(app.clone(), gate::<S>))
         .layer(DefaultBodyLimit::max(limit))

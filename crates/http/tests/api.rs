@@ -56,3 +56,43 @@ opledger_testkit::backend_tests!(
     anonymous_reading_is_allowed_only_when_configured,
     an_unknown_route_is_404_in_the_error_shape,
 );
+
+/// A handler that panics is answered 500 in the error shape, the panic is
+/// logged, and the service goes on serving.
+#[tokio::test]
+async fn a_panicking_handler_is_a_500_in_the_error_shape_and_the_service_goes_on() {
+    use axum::body::Body;
+    use axum::http::Request;
+    use tower::ServiceExt;
+    let backend = opledger_testkit::sqlite::backend().await;
+    let store = opledger_testkit::Harness::open(&backend).await;
+    let app = opledger_http::App::new(
+        opledger_engine::Engine::new(store),
+        opledger_http::ServiceConfig::default(),
+    );
+    let routes = axum::Router::new()
+        .route(
+            "/boom",
+            axum::routing::get(|| async { panic!("a bug in a handler") as &'static str }),
+        )
+        .route("/fine", axum::routing::get(|| async { "fine" }));
+    let service = opledger_http::with_layers(routes, app);
+    let answer = service
+        .clone()
+        .oneshot(Request::get("/boom").body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 500);
+    let body = axum::body::to_bytes(answer.into_body(), 1 << 16).await.unwrap();
+    let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(body["error"]["code"], "internal", "{body}");
+    assert!(
+        !body.to_string().contains("a bug in a handler"),
+        "the panic's text stays in the log: {body}"
+    );
+    let next = service
+        .oneshot(Request::get("/fine").body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(next.status(), 200);
+}
