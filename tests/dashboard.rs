@@ -250,6 +250,24 @@ async fn eval(client: &fantoccini::Client, script: &str) -> Value {
     client.execute(script, vec![]).await.expect("the script runs")
 }
 
+/// Clicks the element `css` finds, as a person would (a WebDriver click).
+/// The page re-renders lists from the event stream, so an element found a
+/// moment ago may be replaced before the click lands: find it again then.
+async fn click(client: &fantoccini::Client, css: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let clicked = match client.find(Locator::Css(css)).await {
+            Ok(element) => element.click().await.map(|_| ()),
+            Err(error) => Err(error),
+        };
+        match clicked {
+            Ok(()) => return,
+            Err(_) if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(100)).await,
+            Err(error) => panic!("cannot click {css}: {error}"),
+        }
+    }
+}
+
 /// Waits until `script` returns true.
 async fn until(client: &fantoccini::Client, what: &str, script: &str) {
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -281,13 +299,7 @@ async fn drive(client: &fantoccini::Client, base: &str, admin: &str, batch_id: &
         .send_keys(admin)
         .await
         .unwrap();
-    client
-        .find(Locator::Css("#login button[type=submit]"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(client, "#login button[type=submit]").await;
 
     // The batch's bar, then a worker completing tasks moves it live.
     let bar = format!("document.querySelector('progress[data-batch=\"{batch_id}\"]')");
@@ -345,13 +357,7 @@ async fn drive(client: &fantoccini::Client, base: &str, admin: &str, batch_id: &
     }
 
     // The review entry, resolved with a click; the list refreshes live.
-    client
-        .find(Locator::Css("#nav button[data-view=review]"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(client, "#nav button[data-view=review]").await;
     until(
         client,
         "a review entry",
@@ -363,13 +369,7 @@ async fn drive(client: &fantoccini::Client, base: &str, admin: &str, batch_id: &
         shown.as_str().unwrap_or("").contains(IMG_PAYLOAD),
         "the error shows as text: {shown}"
     );
-    client
-        .find(Locator::Css("#review-list button[data-action=retry]"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(client, "#review-list button[data-action=retry]").await;
     until(
         client,
         "the entry to leave the queue",

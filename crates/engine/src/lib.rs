@@ -20,6 +20,7 @@ mod fold;
 mod ingestion;
 mod kinds;
 mod load;
+mod observe;
 mod queries;
 mod query;
 mod reactions;
@@ -41,6 +42,7 @@ pub use kinds::{
     parse_kinds, KindReport, KindStatus, KindsDocument, KindsReport, LocatedKind, ReprocessOutcome, APPLY_REASON,
     MAX_KINDS_FILE_BYTES,
 };
+pub use observe::{WriteKind, WriteObserver, WriteTimings};
 pub use opledger_domain::lease::{LeaseMs, MAX_LEASE_MS};
 pub use opledger_domain::work::{ClaimOutcome, Completion, Fence};
 pub use queries::{BatchSummary, ProjectionLag, StatusReport};
@@ -71,6 +73,8 @@ pub struct Engine<S: Store> {
     jitter: Arc<dyn Jitter>,
     /// Events per transaction in catch-up, shadow rebuilds and replay.
     fold_chunk: usize,
+    /// Who learns the write timings, if anyone.
+    observer: Option<Arc<dyn WriteObserver>>,
 }
 
 impl<S: Store> Engine<S> {
@@ -87,6 +91,7 @@ impl<S: Store> Engine<S> {
             ids,
             jitter: Arc::new(RandomJitter),
             fold_chunk: FOLD_CHUNK,
+            observer: None,
         }
     }
 
@@ -101,6 +106,13 @@ impl<S: Store> Engine<S> {
     /// transaction (tests use small chunks to interleave writers).
     pub fn with_fold_chunk(mut self, fold_chunk: usize) -> Self {
         self.fold_chunk = fold_chunk.max(1);
+        self
+    }
+
+    /// Reports every write command's timings to `observer` (the HTTP
+    /// service's latency histograms).
+    pub fn with_write_observer(mut self, observer: Arc<dyn WriteObserver>) -> Self {
+        self.observer = Some(observer);
         self
     }
 

@@ -15,6 +15,7 @@
 
 use crate::error::EngineError;
 use crate::fold::fold_events;
+use crate::observe::{WorkClock, WriteKind};
 use crate::reactions::Reaction;
 use crate::Engine;
 use opledger_domain::events::Event;
@@ -22,6 +23,8 @@ use opledger_domain::projections::{all_projectors, WorkingSet};
 use opledger_domain::{EventEnvelope, NewEvent, Timestamp};
 use opledger_store::{BoxFuture, Store, StreamAppend, WriteTx};
 use std::future::Future;
+use std::sync::Arc;
+use std::time::Instant;
 
 /// Who issues a command, and which flow it belongs to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -181,6 +184,7 @@ impl<R> Decided<R> {
 /// `liveness` body appends nothing.
 fn in_transaction<T, R, F>(
     liveness: bool,
+    clock: Option<Arc<WorkClock>>,
     body: F,
 ) -> impl for<'t> FnOnce(&'t mut T) -> BoxFuture<'t, Result<R, EngineError>> + Send
 where
@@ -190,6 +194,9 @@ where
 {
     move |tx: &mut T| {
         Box::pin(async move {
+            if let Some(clock) = &clock {
+                clock.begin();
+            }
             let mut rows = WorkingSet::default();
             let Decided { appends, answer } = body(tx, &mut rows).await?;
             debug_assert!(!liveness || appends.is_empty(), "a liveness command appends nothing");
@@ -198,10 +205,14 @@ where
             } else {
                 commit_appends(tx, &mut rows, appends).await?
             };
-            match answer {
+            let answer = match answer {
                 Answer::Ready(answer) => Ok(answer),
                 Answer::Folded(read) => read(&rows, envelopes),
+            };
+            if let Some(clock) = &clock {
+                clock.end();
             }
+            answer
         })
     }
 }
@@ -233,7 +244,11 @@ impl<S: Store> Engine<S> {
             + Send
             + 'static,
     {
-        self.store.write(in_transaction(false, body)).await
+        let clock = self.observer.as_ref().map(|_| Arc::new(WorkClock::default()));
+        let called = Instant::now();
+        let result = self.store.write(in_transaction(false, clock.clone(), body)).await;
+        self.observe(clock, WriteKind::Log, result.is_ok(), called);
+        result
     }
 
     /// [`Engine::command`] for a body that changes liveness only (lease
@@ -246,6 +261,20 @@ impl<S: Store> Engine<S> {
             + Send
             + 'static,
     {
-        self.store.write_liveness(in_transaction(true, body)).await
+        let clock = self.observer.as_ref().map(|_| Arc::new(WorkClock::default()));
+        let called = Instant::now();
+        let result = self
+            .store
+            .write_liveness(in_transaction(true, clock.clone(), body))
+            .await;
+        self.observe(clock, WriteKind::Liveness, result.is_ok(), called);
+        result
+    }
+
+    /// Hands a command's timings to the observer, when there is one.
+    fn observe(&self, clock: Option<Arc<WorkClock>>, kind: WriteKind, committed: bool, called: Instant) {
+        if let (Some(observer), Some(clock)) = (&self.observer, clock) {
+            observer.written(clock.timings(kind, committed, called));
+        }
     }
 }

@@ -74,6 +74,9 @@ impl<S: Store> App<S> {
     /// A service over `engine`, not ready until [`App::set_ready`].
     pub fn new(engine: Engine<S>, config: ServiceConfig) -> Self {
         let (stopping, _) = watch::channel(false);
+        let metrics = Metrics::new();
+        // The engine's write timings land in this service's histograms.
+        let engine = engine.with_write_observer(metrics.write_observer());
         App {
             inner: Arc::new(Inner {
                 engine,
@@ -81,7 +84,7 @@ impl<S: Store> App<S> {
                 ready: AtomicBool::new(false),
                 stopping,
                 wake: Wake::new(),
-                metrics: Metrics::new(),
+                metrics,
             }),
         }
     }

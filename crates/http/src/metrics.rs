@@ -15,7 +15,11 @@
 //!   the CLI's and other `serve` processes' included;
 //! - conflicts are this service's `409` answers, and request latency is
 //!   measured by [`observe`] around every request, by matched route (never
-//!   the raw path: ids would make a series each), method and status.
+//!   the raw path: ids would make a series each), method and status;
+//! - append and commit latency come from the engine's write observer
+//!   ([`WriteHistograms`]): every write command this service's engine runs
+//!   (requests, periodic recovery) reports how long it waited for the
+//!   store's writer, how long its commit took, and its whole latency.
 //!
 //! It must not know a backend: it reads through the engine and the
 //! `Store` trait's read methods.
@@ -27,9 +31,10 @@ use axum::response::Response;
 use futures::StreamExt;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
 use opledger_domain::tasks::CLAIMABLE_STATUSES;
-use opledger_engine::{Engine, EngineError};
+use opledger_engine::{Engine, EngineError, WriteObserver, WriteTimings};
 use opledger_store::Store;
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Latency buckets, in seconds: from a cached read to a long-poll's end.
@@ -57,7 +62,7 @@ const WORK_COUNTERS: [(&str, &str); 7] = [
 
 /// One service's recorder and what scrapes remember.
 pub struct Metrics {
-    recorder: PrometheusRecorder,
+    recorder: Arc<PrometheusRecorder>,
     handle: PrometheusHandle,
     scrape: tokio::sync::Mutex<Scraped>,
 }
@@ -90,7 +95,7 @@ impl Metrics {
             Ok(builder) => builder,
             Err(_) => PrometheusBuilder::new(),
         };
-        let recorder = builder.build_recorder();
+        let recorder = Arc::new(builder.build_recorder());
         let handle = recorder.handle();
         let metrics = Metrics {
             recorder,
@@ -102,6 +107,25 @@ impl Metrics {
                 "opledger_http_request_duration_seconds",
                 metrics::Unit::Seconds,
                 "HTTP request latency until the answer's head, by matched route, method and status"
+            );
+            metrics::describe_histogram!(
+                "opledger_append_duration_seconds",
+                metrics::Unit::Seconds,
+                "Write commands from the call until the store acknowledged their commit, by kind (log, liveness)"
+            );
+            metrics::describe_histogram!(
+                "opledger_commit_duration_seconds",
+                metrics::Unit::Seconds,
+                "The commit step of write commands: from the end of their work in the transaction until acknowledged"
+            );
+            metrics::describe_histogram!(
+                "opledger_write_queue_duration_seconds",
+                metrics::Unit::Seconds,
+                "Write commands' wait for the store's writer before their transaction ran"
+            );
+            metrics::describe_counter!(
+                "opledger_write_failures_total",
+                "Write commands that failed or were refused: nothing of them was written"
             );
             metrics::describe_counter!(
                 "opledger_http_conflicts_total",
@@ -142,7 +166,14 @@ impl Metrics {
 
     /// Runs `record` with this service's recorder as the current one.
     pub fn record<T>(&self, record: impl FnOnce() -> T) -> T {
-        metrics::with_local_recorder(&self.recorder, record)
+        metrics::with_local_recorder(self.recorder.as_ref(), record)
+    }
+
+    /// The observer the service's engine reports its writes to.
+    pub fn write_observer(&self) -> Arc<dyn WriteObserver> {
+        Arc::new(WriteHistograms {
+            recorder: Arc::clone(&self.recorder),
+        })
     }
 
     /// The work counters count from `head` on (startup sets it).
@@ -221,6 +252,29 @@ impl Metrics {
             .record(elapsed.as_secs_f64());
             if status == 409 {
                 metrics::counter!("opledger_http_conflicts_total").increment(1);
+            }
+        });
+    }
+}
+
+/// Records the engine's write timings into one service's recorder.
+pub struct WriteHistograms {
+    recorder: Arc<PrometheusRecorder>,
+}
+
+impl WriteObserver for WriteHistograms {
+    fn written(&self, timings: WriteTimings) {
+        let kind = timings.kind.as_str();
+        metrics::with_local_recorder(self.recorder.as_ref(), || {
+            metrics::histogram!("opledger_write_queue_duration_seconds", "kind" => kind)
+                .record(timings.queued.as_secs_f64());
+            if timings.committed {
+                metrics::histogram!("opledger_append_duration_seconds", "kind" => kind)
+                    .record(timings.total.as_secs_f64());
+                metrics::histogram!("opledger_commit_duration_seconds", "kind" => kind)
+                    .record(timings.commit.as_secs_f64());
+            } else {
+                metrics::counter!("opledger_write_failures_total", "kind" => kind).increment(1);
             }
         });
     }

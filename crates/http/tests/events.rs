@@ -7,10 +7,10 @@ mod support;
 use futures::StreamExt;
 use opledger_domain::events::{Event, MediaRegistered};
 use opledger_domain::{MediaId, NewEvent, StreamId};
-use opledger_engine::{BatchRequest, CommandContext, Engine};
+use opledger_engine::{BatchRequest, ClaimRequest, CommandContext, Completion, Engine};
 use opledger_store::{ExpectedVersion, Store, StreamAppend};
 use opledger_testkit::Backend;
-use serde_json::Value;
+use serde_json::{json, Value};
 use std::time::Duration;
 use support::{assert_error, start, start_with, As, Service};
 
@@ -185,6 +185,23 @@ async fn filters_keep_only_the_events_of_the_operation_batch_or_media_asked<B: B
         .unwrap();
     let operation = batch.items[0].operation_id;
     let batch_id = batch.batch.batch_id;
+    // The operation's later events name only the operation.
+    let claims = engine
+        .claim_tasks(
+            &context,
+            ClaimRequest {
+                kinds: vec!["metadata".into()],
+                worker: "w".into(),
+                lease_ms: 30_000,
+                limit: 1,
+            },
+        )
+        .await
+        .unwrap();
+    engine
+        .complete_task(&context, &claims[0].fence(), Completion::Output(json!({"width": 1})))
+        .await
+        .unwrap();
 
     let collect = |query: String| {
         let service = &service;
@@ -201,6 +218,12 @@ async fn filters_keep_only_the_events_of_the_operation_batch_or_media_asked<B: B
     let media = collect(format!("?after={head}&media={kept}")).await;
     assert!(media.iter().any(|event| event.event == "media_registered"));
     assert!(media.iter().any(|event| event.event == "operation_created"));
+    for later in ["operation_claimed", "operation_succeeded"] {
+        assert!(
+            media.iter().any(|event| event.event == later),
+            "an operation's {later} is an event of its media item: {media:?}"
+        );
+    }
     assert!(
         media
             .iter()

@@ -139,7 +139,97 @@ async fn requests_to_unknown_paths_are_measured_as_one_unmatched_route<B: Backen
     service.shutdown().await;
 }
 
+/// The count of a histogram's series, 0 when it has none yet.
+fn count(text: &str, series: &str) -> f64 {
+    sample(text, series).unwrap_or(0.0)
+}
+
+async fn append_and_commit_latency_count_every_write_command_by_kind_and_failures_apart<B: Backend>(backend: &B) {
+    let service = start(backend).await;
+    let engine = service.app.engine();
+    let context = CommandContext::actor("test");
+    let before = String::from_utf8(service.get("/metrics", As::Anonymous).await.bytes).unwrap();
+    let log_before = count(&before, "opledger_append_duration_seconds_count{kind=\"log\"}");
+    let failed_before = count(&before, "opledger_write_failures_total{kind=\"liveness\"}");
+
+    engine.declare(&context, legacy::declarations()).await.unwrap();
+    let item = engine
+        .register_media(&context, "/m/one.jpg", "image", Some("sha256:1".into()), Some(1))
+        .await
+        .unwrap();
+    engine
+        .request_task(
+            &context,
+            TaskRequest {
+                target: TaskTarget::Media(item),
+                kind: "metadata".into(),
+                inputs: json!({}),
+                priority: 0,
+            },
+        )
+        .await
+        .unwrap();
+    let claims = engine
+        .claim_tasks(
+            &context,
+            ClaimRequest {
+                kinds: vec!["metadata".into()],
+                worker: "w".into(),
+                lease_ms: 30_000,
+                limit: 1,
+            },
+        )
+        .await
+        .unwrap();
+    let fence = claims[0].fence();
+    engine.heartbeat(&fence, None).await.unwrap();
+    engine.heartbeat(&fence, None).await.unwrap();
+    engine
+        .complete_task(&context, &fence, Completion::Output(json!({"width": 1})))
+        .await
+        .unwrap();
+    // A heartbeat on the finished claim is refused inside its
+    // transaction: nothing is written, and it counts as a failed write,
+    // not as a commit.
+    engine.heartbeat(&fence, None).await.unwrap_err();
+
+    let text = String::from_utf8(service.get("/metrics", As::Anonymous).await.bytes).unwrap();
+    assert!(
+        text.contains("# TYPE opledger_append_duration_seconds histogram"),
+        "{text}"
+    );
+    assert!(
+        text.contains("# TYPE opledger_commit_duration_seconds histogram"),
+        "{text}"
+    );
+    let log = count(&text, "opledger_append_duration_seconds_count{kind=\"log\"}");
+    // declare, register, request, claim, complete: five log writes at least
+    // (the service's own periodic recovery may add its own).
+    assert!(log - log_before >= 5.0, "{log_before} -> {log}\n{text}");
+    assert_eq!(
+        count(&text, "opledger_append_duration_seconds_count{kind=\"liveness\"}"),
+        2.0,
+        "{text}"
+    );
+    assert_eq!(
+        count(&text, "opledger_commit_duration_seconds_count{kind=\"liveness\"}"),
+        2.0,
+        "{text}"
+    );
+    assert_eq!(
+        count(&text, "opledger_write_failures_total{kind=\"liveness\"}") - failed_before,
+        1.0,
+        "{text}"
+    );
+    // Every commit's step is part of its whole latency.
+    let total = count(&text, "opledger_append_duration_seconds_sum{kind=\"log\"}");
+    let commit = count(&text, "opledger_commit_duration_seconds_sum{kind=\"log\"}");
+    assert!(total > 0.0 && commit <= total, "commit {commit} of total {total}");
+    service.shutdown().await;
+}
+
 opledger_testkit::backend_tests!(
     metrics_show_status_counts_queue_age_work_counters_and_request_latency_by_route,
     requests_to_unknown_paths_are_measured_as_one_unmatched_route,
+    append_and_commit_latency_count_every_write_command_by_kind_and_failures_apart,
 );

@@ -17,11 +17,11 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use futures::{Stream, StreamExt};
-use opledger_domain::{quoted, EventEnvelope};
+use opledger_domain::{quoted, EventEnvelope, OperationId};
 use opledger_store::Store;
 use serde::Deserialize;
 use serde_json::Value;
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
 use tokio::sync::watch;
 use utoipa::IntoParams;
@@ -41,7 +41,8 @@ pub struct EventsQuery {
     pub operation: Option<String>,
     /// Only events of this batch (its stream, or a payload naming it).
     pub batch: Option<String>,
-    /// Only events of this media item (its stream, or a payload naming it).
+    /// Only events of this media item: its stream, a payload naming it,
+    /// and every event of an operation on it (claims, progress, outcome).
     pub media: Option<String>,
 }
 
@@ -67,16 +68,31 @@ impl Filter {
         Ok(Filter { wanted })
     }
 
+    /// The media item asked for, if any.
+    fn media(&self) -> Option<&str> {
+        self.wanted
+            .iter()
+            .find(|(what, _)| *what == "media")
+            .map(|(_, id)| id.as_str())
+    }
+
     /// The event belongs to every wanted id: its stream is that id's
     /// stream, or its payload names the id (`media_id`, `batch_id`,
     /// `operation_id`, `operation_ids`, at any depth: a task's target
-    /// names its media item).
-    pub fn keeps(&self, envelope: &EventEnvelope, json: &Value) -> bool {
-        self.wanted
-            .iter()
-            .all(|(what, id)| envelope.stream_id.as_str() == format!("{what}-{id}") || names(json, what, id))
+    /// names its media item), or — for a media item — the event is on the
+    /// stream of an operation whose target is that item (`on_media`).
+    pub fn keeps(&self, envelope: &EventEnvelope, json: &Value, on_media: Option<&str>) -> bool {
+        self.wanted.iter().all(|(what, id)| {
+            envelope.stream_id.as_str() == format!("{what}-{id}")
+                || names(json, what, id)
+                || (*what == "media" && on_media == Some(id.as_str()))
+        })
     }
 }
+
+/// Operations a stream has looked up at most; past it the cache starts
+/// over (a lookup is one indexed read).
+const OWNERS_KEPT: usize = 10_000;
 
 fn names(value: &Value, what: &str, id: &str) -> bool {
     match value {
@@ -159,6 +175,7 @@ pub async fn events<S: Store>(
         filter,
         after,
         ready: VecDeque::new(),
+        owners: HashMap::new(),
         wake,
     }
     .into_stream();
@@ -173,6 +190,9 @@ struct Tail<S: Store> {
     after: i64,
     /// Read and kept, not yet sent.
     ready: VecDeque<SseEvent>,
+    /// For a media filter: the media item each operation seen targets (an
+    /// operation's later events name only the operation).
+    owners: HashMap<String, Option<String>>,
     wake: watch::Receiver<u64>,
 }
 
@@ -229,7 +249,8 @@ impl<S: Store> Tail<S> {
                     continue;
                 }
             };
-            if self.filter.keeps(&envelope, &json) {
+            let on_media = self.media_of(&envelope).await;
+            if self.filter.keeps(&envelope, &json, on_media.as_deref()) {
                 self.ready.push_back(
                     SseEvent::default()
                         .id(envelope.seq.to_string())
@@ -239,5 +260,31 @@ impl<S: Store> Tail<S> {
             }
         }
         Some(read)
+    }
+
+    /// For a media filter and an event on an operation's stream: the media
+    /// item the operation targets, read once per operation from the
+    /// operations projection (whose row exists from the operation's first
+    /// event on). None for other events, regions' operations, or when the
+    /// row cannot be read (the event is then judged by its payload alone).
+    async fn media_of(&mut self, envelope: &EventEnvelope) -> Option<String> {
+        self.filter.media()?;
+        let operation = envelope.stream_id.as_str().strip_prefix("operation-")?;
+        if let Some(owner) = self.owners.get(operation) {
+            return owner.clone();
+        }
+        let id = uuid::Uuid::parse_str(operation).ok()?;
+        let owner = match self.app.engine().operation(OperationId(id)).await {
+            Ok(row) => row.media_id.map(|media| media.0.hyphenated().to_string()),
+            Err(error) => {
+                tracing::debug!(%error, operation, "an event stream cannot read an operation's target");
+                return None;
+            }
+        };
+        if self.owners.len() >= OWNERS_KEPT {
+            self.owners.clear();
+        }
+        self.owners.insert(operation.to_string(), owner.clone());
+        owner
     }
 }
