@@ -11,7 +11,7 @@
 //! | 5 | storage unavailable or corrupt, or not an opledger ledger |
 //! | 130 | `ingest` stopped by SIGINT (Ctrl-C): what it held is released, the next run resumes |
 //! | 141 | standard output was closed before the answer was written (a reader such as `head` stopped reading); nothing is printed, and a claim whose answer was not written is given back |
-//! | 143 | `ingest` stopped by SIGTERM, likewise |
+//! | 143 | `ingest` stopped by SIGTERM, likewise; an export child (`__run-supervised`) that stopped after SIGTERM |
 
 /// Every command prints through these, which shadow the standard macros in
 /// this crate: a write to a closed standard output (`| head -1`) must end

@@ -600,3 +600,67 @@ fn three_jobs_on_two_slots_never_run_more_than_two_children_at_once() {
     }
     assert_eq!(most, 2, "two slots: two children at once, never three");
 }
+
+#[test]
+fn an_expired_artifact_is_swept_and_its_download_refused() {
+    let ledger = Ledger::new(5, 0);
+    let _supervisor = ledger.supervise(&["--expiry-secs", "1", "--patrol-secs", "1"], &[]);
+    let (token, _, _) = ledger.create(&["--what", "operations", "--format", "json"]);
+    let done = ledger.wait_status(&token, "succeeded", Duration::from_secs(15));
+    assert!(done["artifact"]["size"].as_u64().unwrap() > 0, "{done}");
+    wait_for("the patrol to remove the expired file", Duration::from_secs(10), || {
+        ledger.files_in("files").is_empty()
+    });
+    let expired = ledger.status(&token);
+    assert_eq!(expired["expired"], true, "{expired}");
+    assert_eq!(expired["artifact"], Value::Null);
+    let output = run(ledger
+        .command()
+        .args(["export", "download", &token, "--out", "/dev/null"]));
+    assert_exit(&output, 4);
+}
+
+#[test]
+fn a_job_queued_past_the_wait_limit_fails_with_queue_timeout_and_never_runs() {
+    let ledger = Ledger::new(100, 0);
+    let _supervisor = ledger.supervise(
+        &["--slots", "1", "--max-queued-secs", "1", "--patrol-secs", "1"],
+        &[("OPLEDGER_EXPORT_TEST_ROW_DELAY_MS", "40")],
+    );
+    let (long, _, _) = ledger.create(&["--what", "operations", "--format", "csv"]);
+    ledger.wait_status(&long, "running", Duration::from_secs(10));
+    let (waiting, _, _) = ledger.create(&["--what", "operations", "--format", "csv"]);
+    let failed = ledger.wait_status(&waiting, "failed_terminal", Duration::from_secs(10));
+    assert_eq!(failed["reason"], "queue_timeout", "{failed}");
+    ledger.wait_status(&long, "succeeded", Duration::from_secs(20));
+    let starts = ledger.runs().iter().filter(|(event, ..)| event == "start").count();
+    assert_eq!(starts, 1, "only the first job ran");
+}
+
+#[test]
+fn a_tampered_token_is_refused_and_a_queued_export_is_cancelled_at_once() {
+    let ledger = Ledger::new(100, 0);
+    // One slot, held by a slow first job: the second waits in the queue.
+    let _supervisor = ledger.supervise(&["--slots", "1"], &[("OPLEDGER_EXPORT_TEST_ROW_DELAY_MS", "40")]);
+    let (running, _, _) = ledger.create(&["--what", "operations", "--format", "csv"]);
+    ledger.wait_status(&running, "running", Duration::from_secs(10));
+    let (queued, _, _) = ledger.create(&["--what", "operations", "--format", "csv"]);
+    assert_eq!(ledger.status(&queued)["status"], "queued");
+
+    let last = queued.chars().last().unwrap();
+    let tampered = format!("{}{}", &queued[..queued.len() - 1], if last == '0' { '1' } else { '0' });
+    let output = run(ledger.command().args(["export", "status", &tampered]));
+    assert_exit(&output, 2);
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("is not valid here"),
+        "{}",
+        describe(&output)
+    );
+
+    let output = run(ledger.command().args(["export", "cancel", &queued, "--json"]));
+    assert_exit(&output, 0);
+    assert_eq!(json(&output)["status"], "cancelled", "a queued export stops at once");
+    assert_exit(&run(ledger.command().args(["export", "cancel", &running])), 0);
+    ledger.wait_status(&running, "cancelled", Duration::from_secs(10));
+    assert!(ledger.runs().iter().filter(|(event, ..)| event == "start").count() == 1);
+}
