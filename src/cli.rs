@@ -658,6 +658,7 @@ impl BenchArgs {
                 Workload::Ingest => opledger_bench::Workload::Ingest,
                 Workload::Status => opledger_bench::Workload::Status,
                 Workload::Timeline => opledger_bench::Workload::Timeline,
+                Workload::Export => opledger_bench::Workload::Export,
                 Workload::Http => opledger_bench::Workload::Http,
             },
             events: self.events,
@@ -691,6 +692,8 @@ pub enum Workload {
     Timeline,
     /// The lifecycle over HTTP: an in-process `opledger serve` and N worker clients, against the in-process figure.
     Http,
+    /// Seconds and peak RSS of exporting `operations` as CSV from a log of `--events` events, beside a plain scan.
+    Export,
 }
 
 #[derive(Debug, Subcommand)]
