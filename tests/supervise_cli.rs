@@ -14,6 +14,7 @@ use opledger_domain::OperationStatus;
 use opledger_engine::{CommandContext, Engine, NewOperation, TaskRequest, TaskTarget};
 use opledger_store::Store;
 use opledger_store_sqlite::{SqliteConfig, SqliteStore};
+use opledger_testkit::Backend;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -663,4 +664,87 @@ fn a_tampered_token_is_refused_and_a_queued_export_is_cancelled_at_once() {
     assert_exit(&run(ledger.command().args(["export", "cancel", &running])), 0);
     ledger.wait_status(&running, "cancelled", Duration::from_secs(10));
     assert!(ledger.runs().iter().filter(|(event, ..)| event == "start").count() == 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgresql_two_supervisors_share_one_artifact_directory_and_an_export_runs_once() {
+    // A database of its own on the test server (opledger-testkit: the loud
+    // skip without a server, dropped when the test ends).
+    let Some(database) = opledger_testkit::postgres::backend().await else {
+        return;
+    };
+    let url = database.url();
+    let (_, operation) = common::ledger_with_a_task(&url);
+    let dir = tempfile::tempdir().unwrap();
+    let artifacts = dir.path().join("artifacts");
+    let run_log = dir.path().join("runs.log");
+    let on_postgres = |args: &[&str]| {
+        let mut command = binary();
+        command.arg("--database-url").arg(&url).args(args);
+        command
+    };
+    // A PostgreSQL ledger has no file to put artifacts beside.
+    let output = run(&mut on_postgres(&[
+        "export",
+        "create",
+        "--what",
+        "operations",
+        "--format",
+        "csv",
+    ]));
+    assert_exit(&output, 2);
+
+    let start = |name: &str| Supervisor {
+        child: on_postgres(&["supervise", "--name", name])
+            .env("OPLEDGER_ARTIFACT_DIR", &artifacts)
+            .env("OPLEDGER_EXPORT_TEST_RUN_LOG", &run_log)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    };
+    let _a = start("a");
+    let _b = start("b");
+    let beats = artifacts.join("supervisors");
+    wait_for("both supervisors' heartbeats", Duration::from_secs(20), || {
+        std::fs::read_dir(&beats).is_ok_and(|entries| {
+            entries
+                .flatten()
+                .filter(|entry| entry.path().extension().is_some_and(|extension| extension == "json"))
+                .count()
+                == 2
+        })
+    });
+    let with_dir = |args: &[&str]| {
+        let mut command = on_postgres(args);
+        command.env("OPLEDGER_ARTIFACT_DIR", &artifacts);
+        run(&mut command)
+    };
+    let created = with_dir(&["export", "create", "--what", "operations", "--format", "csv", "--json"]);
+    assert_exit(&created, 0);
+    let token = json(&created)["job_token"].as_str().unwrap().to_string();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let status = json(&with_dir(&["export", "status", &token, "--json"]));
+        if status["status"] == "succeeded" {
+            assert_eq!(status["processed"], 1, "{status}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "never succeeded: {status}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let out = dir.path().join("ops.csv");
+    assert_exit(
+        &with_dir(&["export", "download", &token, "--out", out.to_str().unwrap()]),
+        0,
+    );
+    let file = std::fs::read_to_string(&out).unwrap();
+    assert!(file.lines().nth(1).unwrap().starts_with(&operation), "{file}");
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let starts = std::fs::read_to_string(&run_log)
+        .unwrap()
+        .lines()
+        .filter(|line| line.starts_with("start"))
+        .count();
+    assert_eq!(starts, 1, "one of the two supervisors ran it, once");
 }
