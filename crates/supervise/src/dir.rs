@@ -31,18 +31,22 @@ pub struct ArtifactDir {
 const SUBDIRS: [&str; 5] = ["slots", "supervisors", "jobs", "tmp", "files"];
 
 impl ArtifactDir {
-    /// The directory at `root`, created (with its subdirectories) `0700`
-    /// when missing.
+    /// The directory at `root`, created `0700` when missing, with its
+    /// subdirectories (`0700`).
     pub fn open(root: impl Into<PathBuf>) -> Result<ArtifactDir, SuperviseError> {
         let root = root.into();
         let mut builder = fs::DirBuilder::new();
         builder.recursive(true).mode(0o700);
-        builder.create(&root).map_err(SuperviseError::io(format!(
-            "creating the artifact directory {}",
-            root.display()
-        )))?;
-        fs::set_permissions(&root, fs::Permissions::from_mode(0o700))
-            .map_err(SuperviseError::io(format!("restricting {}", root.display())))?;
+        // A directory made here is 0700 whatever the umask; one that exists
+        // keeps the mode its owner gave it (a shared directory's, say).
+        if !root.exists() {
+            builder.create(&root).map_err(SuperviseError::io(format!(
+                "creating the artifact directory {}",
+                root.display()
+            )))?;
+            fs::set_permissions(&root, fs::Permissions::from_mode(0o700))
+                .map_err(SuperviseError::io(format!("restricting {}", root.display())))?;
+        }
         for sub in SUBDIRS {
             let path = root.join(sub);
             builder
@@ -143,4 +147,25 @@ pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()>
     let temporary = PathBuf::from(temporary);
     fs::write(&temporary, bytes)?;
     fs::rename(&temporary, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_new_artifact_directory_is_0700_and_an_existing_one_keeps_its_mode() {
+        let parent = std::env::temp_dir().join(format!("opledger-dir-test-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&parent);
+        let made = ArtifactDir::open(parent.join("new")).unwrap();
+        let mode = |path: &Path| fs::metadata(path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(made.root()), 0o700);
+        assert_eq!(mode(&made.files_dir()), 0o700);
+        let existing = parent.join("existing");
+        fs::create_dir_all(&existing).unwrap();
+        fs::set_permissions(&existing, fs::Permissions::from_mode(0o750)).unwrap();
+        ArtifactDir::open(&existing).unwrap();
+        assert_eq!(mode(&existing), 0o750);
+        fs::remove_dir_all(&parent).unwrap();
+    }
 }
