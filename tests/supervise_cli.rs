@@ -127,10 +127,19 @@ impl Ledger {
 
     /// Starts `opledger supervise` with `args` and the children's knobs.
     fn supervise(&self, args: &[&str], knobs: &[(&str, &str)]) -> Supervisor {
+        static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        // Named, so the wait below is for this supervisor's own heartbeat
+        // (a killed one's file stays until somebody looks).
+        let name = match args.iter().position(|arg| *arg == "--name") {
+            Some(at) => args[at + 1].to_string(),
+            None => format!("s{}", STARTED.fetch_add(1, std::sync::atomic::Ordering::SeqCst)),
+        };
         let mut command = self.command();
+        command.arg("supervise").args(args);
+        if !args.contains(&"--name") {
+            command.args(["--name", &name]);
+        }
         command
-            .arg("supervise")
-            .args(args)
             .env("OPLEDGER_EXPORT_TEST_RUN_LOG", &self.run_log)
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
@@ -139,13 +148,9 @@ impl Ledger {
         }
         let child = command.spawn().expect("the supervisor starts");
         let supervisor = Supervisor { child };
-        let supervisors = self.artifacts.join("supervisors");
+        let heartbeat = self.artifacts.join("supervisors").join(format!("{name}.json"));
         wait_for("the supervisor's first heartbeat", Duration::from_secs(20), || {
-            std::fs::read_dir(&supervisors).is_ok_and(|entries| {
-                entries
-                    .flatten()
-                    .any(|entry| entry.path().extension().is_some_and(|extension| extension == "json"))
-            })
+            heartbeat.exists()
         });
         supervisor
     }

@@ -24,12 +24,15 @@ use crate::{FailReason, Limits, SuperviseError, EXPORT_KIND};
 use opledger_domain::decide::OperationCommand;
 use opledger_domain::projections::OperationRow;
 use opledger_domain::{DomainError, OperationId, OperationStatus, Timestamp};
-use opledger_engine::{CommandContext, Engine, EngineError, OpsFilter, PageRequest};
+use opledger_engine::{CommandContext, Engine, EngineError, OperationItem, OpsFilter, PageRequest};
 use opledger_store::{ErrorKind, Store};
 use std::future::Future;
 use std::path::PathBuf;
 use std::time::Duration;
 use tokio::task::JoinSet;
+
+/// The most exports of one status a supervisor looks at in one pass.
+const LISTED: usize = 1_000;
 
 /// How a supervisor runs.
 #[derive(Debug, Clone)]
@@ -189,41 +192,47 @@ impl<S: Store> Supervisor<S> {
         Ok(None)
     }
 
-    async fn queued(&self, statuses: Vec<OperationStatus>) -> Result<Vec<OperationRow>, SuperviseError> {
+    /// Exports in `statuses`, oldest first (at most [`LISTED`]); rows are
+    /// read only for those acted on.
+    async fn listed(&self, statuses: Vec<OperationStatus>) -> Result<Vec<OperationItem>, SuperviseError> {
         let filter = OpsFilter {
             statuses,
             kinds: vec![EXPORT_KIND.to_string()],
             ..OpsFilter::default()
         };
-        let page = self
-            .engine
-            .list_operations(
-                &filter,
-                &PageRequest {
-                    limit: 100,
-                    after: None,
-                },
-            )
-            .await?;
-        let mut rows = Vec::new();
-        // Newest first in the listing; the oldest is served first.
-        for item in page.items.iter().rev() {
-            rows.push(self.engine.operation(item.operation_id).await?);
+        let mut items = Vec::new();
+        let mut after = None;
+        loop {
+            let page = self
+                .engine
+                .list_operations(&filter, &PageRequest { limit: 200, after })
+                .await?;
+            items.extend(page.items);
+            match page.next {
+                Some(next) if items.len() < LISTED => after = Some(next),
+                _ => break,
+            }
         }
-        Ok(rows)
+        // Newest first in the listing; the oldest is served first.
+        items.reverse();
+        Ok(items)
     }
 
     /// The oldest queued export this supervisor could claim, with its
     /// execution lock (taken before the claim, so no patrol ever sees it
     /// claimed and unlocked while its supervisor lives).
     async fn claim_next(&self) -> Result<Option<(OperationRow, ExportSpec, FileLock, String)>, SuperviseError> {
-        for row in self.queued(vec![OperationStatus::Queued]).await? {
-            if self.overdue(&row) {
+        for item in self.listed(vec![OperationStatus::Queued]).await? {
+            if self.overdue(item.created_at) {
                 continue;
             }
-            let Some(lock) = FileLock::try_take(&self.dir.job_lock(row.operation_id))? else {
+            let Some(lock) = FileLock::try_take(&self.dir.job_lock(item.operation_id))? else {
                 continue;
             };
+            let row = self.engine.operation(item.operation_id).await?;
+            if row.status != OperationStatus::Queued {
+                continue;
+            }
             let spec = match spec_of(&row) {
                 Ok(spec) => spec,
                 Err(error) => {
@@ -251,8 +260,8 @@ impl<S: Store> Supervisor<S> {
         Ok(None)
     }
 
-    fn overdue(&self, row: &OperationRow) -> bool {
-        !fresh(row.created_at, self.engine.now(), self.options.limits.queued_wait)
+    fn overdue(&self, created_at: Timestamp) -> bool {
+        !fresh(created_at, self.engine.now(), self.options.limits.queued_wait)
     }
 
     /// The sweep every supervisor runs at start and every patrol interval:
@@ -261,8 +270,8 @@ impl<S: Store> Supervisor<S> {
     pub async fn patrol(&self) -> Result<(), SuperviseError> {
         sweep_files(&self.dir, &self.options.limits, self.engine.now());
         let context = context(&self.options.name);
-        for row in self.queued(vec![OperationStatus::Queued]).await? {
-            if !self.overdue(&row) {
+        for row in self.listed(vec![OperationStatus::Queued]).await? {
+            if !self.overdue(row.created_at) {
                 continue;
             }
             let Some(_lock) = FileLock::try_take(&self.dir.job_lock(row.operation_id))? else {
@@ -289,11 +298,18 @@ impl<S: Store> Supervisor<S> {
             }
         }
         let now = self.engine.now();
-        for row in self
-            .queued(vec![OperationStatus::Leased, OperationStatus::Running])
+        for item in self
+            .listed(vec![OperationStatus::Leased, OperationStatus::Running])
             .await?
         {
-            let lock = FileLock::try_take(&self.dir.job_lock(row.operation_id))?;
+            let lock = FileLock::try_take(&self.dir.job_lock(item.operation_id))?;
+            // Read with the lock taken: a job that ended just before (its
+            // supervisor releases the lock only after recording how) is
+            // seen ended, and its artifact is left alone.
+            let row = self.engine.operation(item.operation_id).await?;
+            if !row.status.is_claimed() {
+                continue;
+            }
             let stale = match read_job(&self.dir, row.operation_id) {
                 Some(live) => !fresh(live.heartbeat_at, now, self.options.limits.staleness),
                 None => !fresh(row.updated_at, now, self.options.limits.staleness),
