@@ -567,7 +567,8 @@ fn heartbeats_come_about_every_second_while_the_child_blocks_for_five_seconds() 
         .map(|beat| opledger_domain::Timestamp::parse(beat).unwrap().as_micros())
         .collect();
     for pair in times.windows(2) {
-        assert!(pair[1] - pair[0] <= 1_600_000, "a gap between heartbeats: {beats:?}");
+        // About every second; the margin is for a loaded machine.
+        assert!(pair[1] - pair[0] <= 2_500_000, "a gap between heartbeats: {beats:?}");
     }
     assert_eq!(
         updated.len(),
