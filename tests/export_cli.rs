@@ -240,3 +240,75 @@ async fn on_postgresql_two_supervisors_share_one_artifact_directory_and_an_expor
         .count();
     assert_eq!(starts, 1, "one of the two supervisors ran it, once");
 }
+
+#[test]
+fn a_batch_items_export_lists_the_batch_items_in_order_and_a_batch_missing_at_its_position_fails_it() {
+    let ledger = Ledger::new(0, 0);
+    let mut media = Vec::new();
+    for n in 0..3 {
+        let path = format!("/photos/b{n}.png");
+        let digest = common::digest(100 + n);
+        let output = run(ledger
+            .command()
+            .args(["media", "add", "--path", &path, "--digest", &digest, "--json"]));
+        assert_exit(&output, 0);
+        media.push(json(&output)["media_id"].as_str().unwrap().to_string());
+    }
+    let head_before_batch = ledger.head();
+    let mut create = ledger.command();
+    create
+        .args([
+            "batch", "create", "--name", "b", "--kind", "metadata", "--json", "--media",
+        ])
+        .args(&media);
+    let output = run(&mut create);
+    assert_exit(&output, 0);
+    let batch = json(&output)["batch_id"].as_str().unwrap().to_string();
+    let _supervisor = ledger.supervise(&[], &[]);
+
+    // A batch export needs its batch, and only it takes one.
+    let refused = run(ledger
+        .command()
+        .args(["export", "create", "--what", "batch_items", "--format", "csv"]));
+    assert_exit(&refused, 2);
+    let refused = run(ledger.command().args([
+        "export",
+        "create",
+        "--what",
+        "operations",
+        "--format",
+        "csv",
+        "--batch",
+        &batch,
+    ]));
+    assert_exit(&refused, 2);
+
+    let (token, _, _) = ledger.create(&["--what", "batch_items", "--format", "csv", "--batch", &batch]);
+    let done = ledger.wait_status(&token, "succeeded", Duration::from_secs(15));
+    let file = lines(&ledger.download(&token));
+    assert_eq!(file[0], "position,operation_id,label,outcome,last_status,runs");
+    assert_eq!(file.len(), 4, "{file:?}");
+    assert_eq!(done["processed"], 3);
+    let positions: Vec<&str> = file[1..].iter().map(|line| line.split(',').next().unwrap()).collect();
+    assert_eq!(positions, ["0", "1", "2"]);
+
+    // Before the batch existed, there is nothing to export.
+    let before = head_before_batch.to_string();
+    let (early, _, _) = ledger.create(&[
+        "--what",
+        "batch_items",
+        "--format",
+        "csv",
+        "--batch",
+        &batch,
+        "--as-of-seq",
+        &before,
+    ]);
+    let failed = ledger.wait_status(&early, "failed_terminal", Duration::from_secs(15));
+    let reason = failed["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("child_failed") && reason.contains("did not exist"),
+        "{failed}"
+    );
+    assert!(ledger.files_in("tmp").is_empty());
+}

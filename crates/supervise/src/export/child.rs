@@ -113,7 +113,7 @@ async fn run<S: Store>(store: &S, args: &ChildArgs, reports: &mut dyn Write) -> 
         std::thread::sleep(Duration::from_millis(block));
     }
     let mut last = Instant::now();
-    let folded = fold_until(store, args.spec.as_of_seq, |_| {
+    let folded = fold_until(store, args.spec.as_of_seq, args.spec.what.projection(), |_| {
         if last.elapsed() >= CHECKPOINT {
             last = Instant::now();
             if stopped() {

@@ -32,6 +32,15 @@ pub enum What {
 }
 
 impl What {
+    /// The projection the export's records come from.
+    pub fn projection(self) -> &'static str {
+        match self {
+            What::Operations => "media_operations",
+            What::CapabilityCounts => "entity_capability_states",
+            What::BatchItems => "batches",
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             What::Operations => "operations",
