@@ -54,6 +54,11 @@ impl Command {
                 command: TaskCommand::Show(_),
             } => true,
             Command::Replay(args) => !args.rebuild,
+            // The export child reads the log only; status and download read.
+            Command::RunSupervised { .. } => true,
+            Command::Export {
+                command: crate::supervise::ExportCommand::Status(_) | crate::supervise::ExportCommand::Download(_),
+            } => true,
             _ => false,
         }
     }
@@ -128,6 +133,20 @@ pub enum Command {
     },
     /// Benchmarks: JSON figures with the raw floor measured in the same run.
     Bench(BenchArgs),
+    /// Run supervised jobs (exports), each in a child process with limits
+    /// enforced from outside, until SIGTERM or Ctrl-C.
+    Supervise(crate::supervise::SuperviseArgs),
+    /// Exports of the ledger as files: create, status, cancel, download.
+    Export {
+        #[command(subcommand)]
+        command: crate::supervise::ExportCommand,
+    },
+    /// The child a supervisor starts (not for people).
+    #[command(name = "__run-supervised", hide = true)]
+    RunSupervised {
+        #[command(subcommand)]
+        command: crate::supervise::RunSupervisedCommand,
+    },
     /// Generated documentation.
     #[command(hide = true)]
     Docs {
@@ -639,6 +658,7 @@ impl BenchArgs {
                 Workload::Ingest => opledger_bench::Workload::Ingest,
                 Workload::Status => opledger_bench::Workload::Status,
                 Workload::Timeline => opledger_bench::Workload::Timeline,
+                Workload::Export => opledger_bench::Workload::Export,
                 Workload::Http => opledger_bench::Workload::Http,
             },
             events: self.events,
@@ -672,6 +692,8 @@ pub enum Workload {
     Timeline,
     /// The lifecycle over HTTP: an in-process `opledger serve` and N worker clients, against the in-process figure.
     Http,
+    /// Seconds and peak RSS of exporting `operations` as CSV from a log of `--events` events, beside a plain scan.
+    Export,
 }
 
 #[derive(Debug, Subcommand)]

@@ -11,7 +11,7 @@
 //! | 5 | storage unavailable or corrupt, or not an opledger ledger |
 //! | 130 | `ingest` stopped by SIGINT (Ctrl-C): what it held is released, the next run resumes |
 //! | 141 | standard output was closed before the answer was written (a reader such as `head` stopped reading); nothing is printed, and a claim whose answer was not written is given back |
-//! | 143 | `ingest` stopped by SIGTERM, likewise |
+//! | 143 | `ingest` stopped by SIGTERM, likewise; an export child (`__run-supervised`) that stopped after SIGTERM |
 
 /// Every command prints through these, which shadow the standard macros in
 /// this crate: a write to a closed standard output (`| head -1`) must end
@@ -45,6 +45,7 @@ mod output;
 mod query;
 mod review_bulk;
 mod serve;
+mod supervise;
 mod task;
 
 use anyhow::Context;
@@ -148,7 +149,13 @@ fn main() -> ExitCode {
     // fewer threads hand work back and forth. A replay is the exception: it
     // reads the log ahead on a task of its own while it folds, which pays
     // only on a second thread (measured: 144-161k → 175-183k events/s).
-    let builder = if replays(&cli) || matches!(cli.command, Command::Serve(_)) {
+    // A supervisor's jobs, and an export child's SIGTERM listener while it
+    // computes, need threads of their own too.
+    let threaded = matches!(
+        cli.command,
+        Command::Serve(_) | Command::Supervise(_) | Command::RunSupervised { .. }
+    );
+    let builder = if replays(&cli) || threaded {
         tokio::runtime::Builder::new_multi_thread()
     } else {
         tokio::runtime::Builder::new_current_thread()
@@ -477,6 +484,15 @@ async fn dispatch<S: Store>(store: S, cli: &Cli) -> anyhow::Result<Outcome> {
         Command::Batch { command } => batch::batch(&engine, command, cli.json).await?,
         Command::Review { command } => batch::review(&engine, command, cli.json).await?,
         Command::Capabilities { media } => batch::capabilities(&engine, *media, cli.json).await?,
+        Command::Supervise(args) => supervise::supervise(engine, args, &cli.database_url).await?,
+        Command::Export { command } => supervise::export(&engine, command, &cli.database_url, cli.json).await?,
+        Command::RunSupervised { command } => {
+            if supervise::run_supervised(&engine, command).await? {
+                return Ok(Outcome::Interrupted {
+                    by: "SIGTERM".to_string(),
+                });
+            }
+        }
         Command::Ingest(args) => {
             let summary = ingest::run(&engine, args, &cli.database_url, cli.json).await?;
             if let Some(interrupted) = summary.interrupted {

@@ -124,6 +124,7 @@ fn only_backend_crates_depend_on_database_drivers() {
         "opledger-media",
         "opledger-ingest",
         "opledger-http",
+        "opledger-supervise",
     ] {
         let closure = library_dependency_closure(member);
         for forbidden in [

@@ -17,6 +17,7 @@
 mod backend;
 mod error;
 pub mod events;
+mod export;
 pub mod floor;
 mod http;
 mod ingest;
@@ -53,6 +54,9 @@ pub enum Workload {
     Status,
     /// Latency of one operation's timeline in a log of `events` events.
     Timeline,
+    /// Seconds and peak RSS of exporting `operations` as CSV from a log of
+    /// `events` events (SQLite), beside a plain scan of the log.
+    Export,
     /// The lifecycle over HTTP (an in-process `opledger serve`, N worker
     /// clients), against the in-process lifecycle in the same run.
     Http,
@@ -68,6 +72,7 @@ impl Workload {
             Workload::Ingest => "ingest",
             Workload::Status => "status",
             Workload::Timeline => "timeline",
+            Workload::Export => "export",
             Workload::Http => "http",
         }
     }
@@ -130,6 +135,7 @@ pub async fn run(database_url: &str, options: &Options) -> Result<Value, BenchEr
             Workload::Ingest => ingest::ingest(&template, dir, options).await?,
             Workload::Status => queries::status(&template, dir, options).await?,
             Workload::Timeline => queries::timeline(&template, dir, options).await?,
+            Workload::Export => export::export(&template, dir, options).await?,
             Workload::Append | Workload::Replay | Workload::Lifecycle | Workload::Http => {
                 let backend = SqliteBench {
                     template,
@@ -151,10 +157,9 @@ async fn on_any_backend<B: backend::BenchBackend>(backend: &B, options: &Options
         Workload::Replay => log::replay(backend, options).await,
         Workload::Lifecycle => lifecycle::lifecycle(backend, options).await,
         Workload::Http => http::http(backend, options).await,
-        Workload::Ingest | Workload::Status | Workload::Timeline => Err(BenchError::Invalid(format!(
-            "opledger bench {} runs on SQLite only so far",
-            options.workload.name()
-        ))),
+        Workload::Ingest | Workload::Status | Workload::Timeline | Workload::Export => Err(BenchError::Invalid(
+            format!("opledger bench {} runs on SQLite only so far", options.workload.name()),
+        )),
     }
 }
 

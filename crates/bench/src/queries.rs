@@ -18,7 +18,7 @@ use std::time::Instant;
 
 /// Builds a log of `--events` events (media items with operations through
 /// their whole lifecycle) and returns the engine over it.
-async fn built_log(
+pub(crate) async fn built_log(
     template: &SqliteConfig,
     dir: &Path,
     workload: &str,

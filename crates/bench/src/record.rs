@@ -86,7 +86,7 @@ pub fn command_line(database_url: &str, options: &Options) -> String {
             "--events {} --batch {} --unbatched-events {} --rounds {}",
             options.events, options.batch, options.unbatched_events, options.rounds
         ),
-        Workload::Replay => format!("--events {}", options.events),
+        Workload::Replay | Workload::Export => format!("--events {}", options.events),
         Workload::Lifecycle | Workload::Http => format!(
             "--tasks {} --workers {workers} --claim-batch {}",
             options.tasks, options.claim_batch
