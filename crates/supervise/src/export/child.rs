@@ -11,7 +11,9 @@
 //! `OPLEDGER_EXPORT_TEST_IGNORE_TERM` makes the child ignore SIGTERM;
 //! `OPLEDGER_EXPORT_TEST_RUN_LOG` names a file the child appends `start`
 //! and `end` lines to (its pid and the time), so a test counts runs and
-//! overlapping children from the children themselves.
+//! overlapping children from the children themselves. A release build
+//! reads none of them ([`test_var`]): no environment can slow, block or
+//! harden a production child.
 
 use super::fold::{fold_until, FoldStop};
 use super::records::Records;
@@ -46,12 +48,21 @@ pub enum ChildEnd {
     Stopped,
 }
 
+/// A test knob's value; always None in a release build.
+fn test_var(name: &str) -> Option<std::ffi::OsString> {
+    if cfg!(debug_assertions) {
+        std::env::var_os(name)
+    } else {
+        None
+    }
+}
+
 fn knob(name: &str) -> Option<u64> {
-    std::env::var(name).ok()?.parse().ok()
+    test_var(name)?.to_str()?.parse().ok()
 }
 
 fn run_log(event: &str) {
-    if let Some(path) = std::env::var_os("OPLEDGER_EXPORT_TEST_RUN_LOG") {
+    if let Some(path) = test_var("OPLEDGER_EXPORT_TEST_RUN_LOG") {
         let line = format!("{event} {} {}\n", std::process::id(), SystemClock.now().as_micros());
         if let Ok(mut file) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
             let _ = file.write_all(line.as_bytes());
@@ -89,7 +100,7 @@ async fn run<S: Store>(store: &S, args: &ChildArgs, reports: &mut dyn Write) -> 
         .map_err(SuperviseError::io("listening for SIGTERM"))?;
     // Registered either way: a registered SIGTERM no longer kills the
     // process, so the knob's child ignores it until SIGKILL.
-    if std::env::var_os("OPLEDGER_EXPORT_TEST_IGNORE_TERM").is_none() {
+    if test_var("OPLEDGER_EXPORT_TEST_IGNORE_TERM").is_none() {
         let stop = stop.clone();
         tokio::spawn(async move {
             if terminate.recv().await.is_some() {
