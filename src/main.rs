@@ -339,6 +339,25 @@ async fn run(cli: Cli) -> anyhow::Result<Outcome> {
     }
 }
 
+/// Records what `replay --verify` found, for `status`. The check itself
+/// reads through a read-only store (it must work where nothing may be
+/// written); the record is a write, so it opens the ledger for writing
+/// beside it, and where that is refused (a read-only file, a SELECT-only
+/// role) the check stands unrecorded, said on stderr by the caller.
+async fn record_verification(url: &str, report: &opledger_engine::VerifyReport) -> anyhow::Result<()> {
+    match database(url)? {
+        Database::Postgres(config) => {
+            let store = PostgresStore::open(*config).await?;
+            Engine::new(store).record_verification(report).await?;
+        }
+        Database::Sqlite(config) => {
+            let store = SqliteStore::open(config).await?;
+            Engine::new(store).record_verification(report).await?;
+        }
+    }
+    Ok(())
+}
+
 /// A database URL for messages, without its password, quoted short.
 fn config_description(url: &str) -> String {
     opledger_domain::quote(&opledger_store_postgres::without_password(url))
@@ -439,6 +458,9 @@ async fn dispatch<S: Store>(store: S, cli: &Cli) -> anyhow::Result<Outcome> {
             }
             let report = engine.verify().await?;
             output::verify(&report, cli.json);
+            if let Err(error) = record_verification(&cli.database_url, &report).await {
+                eprintln!("note: this check was not recorded for `opledger status`: {error:#}");
+            }
             if !report.is_identical() {
                 return Ok(Outcome::Differences);
             }

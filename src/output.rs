@@ -2,8 +2,8 @@
 
 use opledger_domain::{EventEnvelope, MediaId, Timestamp};
 use opledger_engine::{
-    HeartbeatOutcome, Progress, RecoveryReport, ReplayStats, RequestOutcome, StatusReport, TaskClaim, TaskOutcome,
-    TaskTarget, TaskView, VerifyReport,
+    HeartbeatOutcome, IntegrityCheck, Progress, RecoveryReport, ReplayStats, RequestOutcome, StatusReport, TaskClaim,
+    TaskOutcome, TaskTarget, TaskView, VerifyReport,
 };
 use serde_json::{json, Value};
 use std::io::Write;
@@ -107,6 +107,7 @@ pub fn status(report: &StatusReport, as_json: bool) {
         );
     }
     println!("review queue: {} open", report.review_queue);
+    println!("{}", integrity_line(report.integrity.as_ref()));
     println!("projections:");
     for projection in &report.projections {
         println!(
@@ -114,6 +115,34 @@ pub fn status(report: &StatusReport, as_json: bool) {
             projection.name, projection.version, projection.position, projection.lag
         );
     }
+}
+
+/// When the log's integrity was last checked, and what was found.
+fn integrity_line(check: Option<&IntegrityCheck>) -> String {
+    let Some(check) = check else {
+        return "log integrity: never checked (opledger replay --verify)".to_string();
+    };
+    let when = check.verified_at.to_rfc3339();
+    if check.intact {
+        let hash = check.head_hash.as_deref().map_or(String::new(), |hash| {
+            format!(", chain hash {}…", &hash[..hash.len().min(12)])
+        });
+        return format!(
+            "log integrity: intact up to seq {}, checked {when}{hash}",
+            check.position
+        );
+    }
+    let mut found = Vec::new();
+    if let Some(seq) = check.broken_at {
+        found.push(format!("the chain broken at seq {seq}"));
+    }
+    if check.differing_tables > 0 {
+        found.push(format!(
+            "{} projection tables differing from the log",
+            check.differing_tables
+        ));
+    }
+    format!("log integrity: the check of {when} found {}", found.join(" and "))
 }
 
 pub fn envelope_json(event: &EventEnvelope) -> Value {
@@ -204,21 +233,33 @@ pub fn verify(report: &VerifyReport, as_json: bool) {
                 })
             })
             .collect();
+        let chain = match &report.chain {
+            Ok(point) => json!({"intact": true, "head_hash": point.hash.to_hex()}),
+            Err(broken) => json!({"intact": false, "broken_at": broken.seq, "reason": broken.to_string()}),
+        };
         print_json(&json!({
             "identical": report.is_identical(),
             "position": report.position,
             "events": report.events,
+            "chain": chain,
             "differences": differences,
         }));
         return;
     }
     if report.is_identical() {
         println!(
-            "replay matches the live projections at seq {} ({} events folded)",
+            "replay matches the live projections at seq {} ({} events folded); the log's chain is intact",
             report.position, report.events
         );
     } else {
-        println!("replay DIFFERS from the live projections at seq {}:", report.position);
+        if report.diffs.is_empty() {
+            println!(
+                "the log FAILS its integrity check (checked up to seq {}):",
+                report.position
+            );
+        } else {
+            println!("replay DIFFERS from the live projections at seq {}:", report.position);
+        }
         print!("{}", report.render());
     }
 }

@@ -1,7 +1,9 @@
 //! `opledger replay --rebuild` repairs projections that drifted from the
 //! log (a row changed behind opledger's back, found by `replay --verify`),
 //! on SQLite and PostgreSQL; and `replay --verify` on a full disk says so
-//! first, in plain words.
+//! first, in plain words. `replay --verify` also walks the log's hash
+//! chain: an event changed together with its projection row is named by
+//! its seq (exit 1), and `status` says when the log was last checked.
 
 mod common;
 
@@ -40,7 +42,76 @@ async fn replay_rebuild_repairs_a_tampered_row_and_verify_is_identical_afterward
     assert_eq!(task["status"], "queued");
 }
 
-backend_tests!(replay_rebuild_repairs_a_tampered_row_and_verify_is_identical_afterwards);
+/// SQL that changes a stored event, which the log refuses: what someone
+/// holding the database's credentials could run.
+fn unlocked_event_update<B: Backend>(backend: &B, update: &str) -> String {
+    if backend.name() == "sqlite" {
+        format!("DROP TRIGGER media_operation_events_no_update; {update}")
+    } else {
+        format!("ALTER TABLE media_operation_events DISABLE TRIGGER USER; {update}")
+    }
+}
+
+async fn verify_names_the_seq_of_an_event_changed_with_its_row_and_status_says_when_it_was_checked<B: Backend>(
+    backend: &B,
+) {
+    let url = backend.url();
+    ledger_with_a_task(&url);
+    let never = ok_json_at(&url, &["status", "--json"]);
+    assert_eq!(never["integrity"], serde_json::Value::Null, "{never}");
+    assert!(common::stdout(&at(&url, &["status"])).contains("log integrity: never checked"));
+    common::assert_verify_identical(&url);
+    let checked = ok_json_at(&url, &["status", "--json"]);
+    assert_eq!(checked["integrity"]["intact"], true, "{checked}");
+    assert_eq!(checked["integrity"]["position"], checked["head"], "{checked}");
+
+    let registered = ok_json_at(&url, &["replay", "--verify", "--json"]);
+    assert_eq!(registered["chain"]["intact"], true, "{registered}");
+    // The registration of /photos/one.png and the media row it folded
+    // into, changed alike: the replay agrees with the live rows.
+    backend
+        .execute_raw(&unlocked_event_update(
+            backend,
+            "UPDATE media_operation_events SET payload = replace(payload, '/photos/one.png', '/photos/two.png') \
+             WHERE event_type = 'media_registered'",
+        ))
+        .await
+        .unwrap();
+    backend
+        .execute_raw("UPDATE media SET path = '/photos/two.png' WHERE path = '/photos/one.png'")
+        .await
+        .unwrap();
+    let shown = ok_json_at(&url, &["media", "show", "--path", "/photos/two.png", "--json"]);
+    assert!(shown.is_object(), "the tampered path reads as real: {shown}");
+
+    let broken = at(&url, &["replay", "--verify", "--json"]);
+    assert_exit(&broken, 1);
+    let report = common::json(&broken);
+    assert_eq!(report["differences"], serde_json::json!([]), "{report}");
+    assert_eq!(report["chain"]["intact"], false, "{report}");
+    let at_seq = report["chain"]["broken_at"]
+        .as_i64()
+        .expect("the seq where the chain breaks");
+    let plain = at(&url, &["replay", "--verify"]);
+    assert_exit(&plain, 1);
+    assert!(
+        common::stdout(&plain).contains(&format!("the log's chain breaks at seq {at_seq}")),
+        "{}",
+        describe(&plain)
+    );
+    let status = ok_json_at(&url, &["status", "--json"]);
+    assert_eq!(status["integrity"]["broken_at"], at_seq, "{status}");
+    assert_eq!(status["integrity"]["intact"], false, "{status}");
+    assert!(
+        common::stdout(&at(&url, &["status"])).contains(&format!("found the chain broken at seq {at_seq}")),
+        "status names the break"
+    );
+}
+
+backend_tests!(
+    replay_rebuild_repairs_a_tampered_row_and_verify_is_identical_afterwards,
+    verify_names_the_seq_of_an_event_changed_with_its_row_and_status_says_when_it_was_checked,
+);
 
 #[test]
 fn replay_verify_and_rebuild_are_exclusive() {

@@ -12,6 +12,7 @@
 
 pub mod batches;
 pub mod capabilities;
+pub mod chain;
 pub mod decide;
 pub mod digest;
 pub mod envelope;

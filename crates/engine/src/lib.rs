@@ -18,6 +18,7 @@ mod describe;
 mod error;
 mod fold;
 mod ingestion;
+mod integrity;
 mod kinds;
 mod load;
 mod observe;
@@ -38,6 +39,7 @@ pub use describe::{Description, QUEUE_COUNT_LIMIT};
 pub use error::EngineError;
 pub use fold::{fold_events, FOLD_CHUNK};
 pub use ingestion::{FileObservation, IngestionClaim, Registered, Registration};
+pub use integrity::IntegrityCheck;
 pub use kinds::{
     parse_kinds, KindReport, KindStatus, KindsDocument, KindsReport, LocatedKind, ReprocessOutcome, APPLY_REASON,
     MAX_KINDS_FILE_BYTES,

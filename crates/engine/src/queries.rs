@@ -53,6 +53,9 @@ pub struct StatusReport {
     /// Open review entries.
     pub review_queue: i64,
     pub projections: Vec<ProjectionLag>,
+    /// The last check of the log's integrity (`replay --verify`), if one
+    /// was recorded.
+    pub integrity: Option<crate::IntegrityCheck>,
 }
 
 /// Counts by name serialize as one JSON object (`{"queued": 3, ...}`), in
@@ -187,6 +190,7 @@ impl<S: Store> Engine<S> {
             active_batches,
             review_queue,
             projections,
+            integrity: self.last_verification().await?,
         })
     }
 

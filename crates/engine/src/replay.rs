@@ -10,6 +10,7 @@ use crate::error::EngineError;
 use crate::fold::fold_events;
 use crate::Engine;
 use futures::StreamExt;
+use opledger_domain::chain::{ChainBreak, ChainPoint};
 use opledger_domain::projections::Cell;
 use opledger_domain::projections::{all_projectors, WorkingSet};
 use opledger_domain::EventEnvelope;
@@ -37,17 +38,24 @@ pub struct VerifyReport {
     pub position: i64,
     pub events: u64,
     pub diffs: Vec<TableDiff>,
+    /// The log's hash chain up to `position`: the link it reached, or the
+    /// first event where it breaks.
+    pub chain: Result<ChainPoint, ChainBreak>,
 }
 
 impl VerifyReport {
+    /// The log's chain holds and every projection equals its replay.
     pub fn is_identical(&self) -> bool {
-        self.diffs.is_empty()
+        self.diffs.is_empty() && self.chain.is_ok()
     }
 
     /// A readable account of every difference: per table, the row counts and
     /// for each differing row the columns whose values differ.
     pub fn render(&self) -> String {
         let mut text = String::new();
+        if let Err(broken) = &self.chain {
+            let _ = writeln!(text, "{broken}");
+        }
         for diff in &self.diffs {
             let _ = writeln!(
                 text,
@@ -259,10 +267,14 @@ impl<S: Store> Engine<S> {
             )
             .await?;
             let diffs = scratch.compare().await?;
+            // The chain up to the compared position: a change to an event
+            // and to the rows it folded into, made together, shows here.
+            let chain = crate::integrity::check_chain(&self.store, position).await?;
             Ok(VerifyReport {
                 position,
                 events: stats.events + more,
                 diffs,
+                chain,
             })
         }
         .await;

@@ -57,8 +57,8 @@ async fn replay_reading_ahead_stops_at_a_corrupt_event_with_an_error_naming_its_
     backend
         .execute_raw(&format!(
             "INSERT INTO media_operation_events \
-             (seq, stream_id, stream_version, event_type, schema_version, payload, recorded_at, actor, correlation_id) \
-             VALUES ({corrupt_seq}, 'media-corrupt', 1, 'no_such_event', 1, '{{}}', '2026-01-01T00:00:00.000000Z', 'mallory', 'c')"
+             (seq, stream_id, stream_version, event_type, schema_version, payload, recorded_at, actor, correlation_id, chain_hash) \
+             VALUES ({corrupt_seq}, 'media-corrupt', 1, 'no_such_event', 1, '{{}}', '2026-01-01T00:00:00.000000Z', 'mallory', 'c', '0000000000000000000000000000000000000000000000000000000000000000')"
         ))
         .await
         .expect("raw insert of an unknown event type");

@@ -19,6 +19,7 @@
 //! rows (`rows.rs`), paged walks (`pages.rs`) and scratch copies
 //! (`scratch.rs`).
 
+mod chain;
 mod fixtures;
 mod group_commit;
 mod log;
@@ -27,6 +28,7 @@ mod rows;
 mod scratch;
 mod work;
 
+pub use chain::*;
 pub use fixtures::registered;
 pub use group_commit::*;
 pub use log::*;
@@ -83,7 +85,10 @@ macro_rules! conformance_tests {
             pages_walk_every_row_once_in_bytewise_order_both_ways,
             a_prefix_range_holds_exactly_the_paths_with_that_prefix,
             equalities_select_and_filters_are_checked_on_a_bounded_walk,
-            a_walk_query_the_table_cannot_answer_is_refused
+            a_walk_query_the_table_cannot_answer_is_refused,
+            concurrent_appends_in_one_store_and_across_stores_chain_in_seq_order,
+            an_event_without_a_chain_hash_is_refused_by_the_database,
+            the_last_integrity_check_is_recorded_and_replaced_by_the_next
         );
     };
     (@each $make:expr; $($name:ident),+) => {

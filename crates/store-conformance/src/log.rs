@@ -200,12 +200,12 @@ fn raw_insert(rows: &[RawRow]) -> String {
     let values: Vec<String> = rows
         .iter()
         .map(|(seq, stream, version)| {
-            format!("({seq}, '{stream}', {version}, 'e', 1, '{{}}', '2026-01-01T00:00:00.000000Z', 'raw', 'c')")
+            format!("({seq}, '{stream}', {version}, 'e', 1, '{{}}', '2026-01-01T00:00:00.000000Z', 'raw', 'c', '0000000000000000000000000000000000000000000000000000000000000000')")
         })
         .collect();
     format!(
         "INSERT INTO media_operation_events \
-         (seq, stream_id, stream_version, event_type, schema_version, payload, recorded_at, actor, correlation_id) \
+         (seq, stream_id, stream_version, event_type, schema_version, payload, recorded_at, actor, correlation_id, chain_hash) \
          VALUES {}",
         values.join(", ")
     )
@@ -253,16 +253,16 @@ pub async fn corrupt_row_is_a_corrupt_error_naming_its_seq<H: Harness>(harness: 
     harness
         .execute_raw(
             "INSERT INTO media_operation_events \
-             (seq, stream_id, stream_version, event_type, schema_version, payload, recorded_at, actor, correlation_id) \
-             VALUES (2, 'media-x', 1, 'no_such_event', 1, '{}', '2026-01-01T00:00:00.000000Z', 'mallory', 'c')",
+             (seq, stream_id, stream_version, event_type, schema_version, payload, recorded_at, actor, correlation_id, chain_hash) \
+             VALUES (2, 'media-x', 1, 'no_such_event', 1, '{}', '2026-01-01T00:00:00.000000Z', 'mallory', 'c', '0000000000000000000000000000000000000000000000000000000000000000')",
         )
         .await
         .expect("raw insert of an unknown event type");
     harness
         .execute_raw(
             "INSERT INTO media_operation_events \
-             (seq, stream_id, stream_version, event_type, schema_version, payload, recorded_at, actor, correlation_id) \
-             VALUES (3, 'media-y', 1, 'media_registered', 1, '{\"media_id\": 7}', '2026-01-01T00:00:00.000000Z', 'mallory', 'c')",
+             (seq, stream_id, stream_version, event_type, schema_version, payload, recorded_at, actor, correlation_id, chain_hash) \
+             VALUES (3, 'media-y', 1, 'media_registered', 1, '{\"media_id\": 7}', '2026-01-01T00:00:00.000000Z', 'mallory', 'c', '0000000000000000000000000000000000000000000000000000000000000000')",
         )
         .await
         .expect("raw insert of a malformed payload");

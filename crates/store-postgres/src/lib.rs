@@ -68,6 +68,7 @@
 //! knows them). Nothing above the store sees a driver type or a SQLSTATE.
 
 mod batch;
+mod chain;
 mod config;
 pub mod databases;
 mod ddl;
@@ -85,12 +86,13 @@ pub use scratch::PostgresScratch;
 pub use tx::PostgresTx;
 
 use futures::stream::BoxStream;
+use opledger_domain::chain::ChainEntry;
 use opledger_domain::projections::{all_specs, Cell, ColumnType, Row, TableSpec};
 use opledger_domain::{EventEnvelope, StreamId, Timestamp};
 use opledger_store::group_commit::WorkPiece;
 use opledger_store::{
     log, positions, AheadQuery, BoxFuture, ClaimQueue, ClaimableAhead, ExpiredClaim, Lease, Page, PageQuery,
-    ProjectionState, Store, StoreError,
+    ProjectionState, Store, StoreError, Verification,
 };
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, PgConnection, PgPool, Row as _};
@@ -156,6 +158,7 @@ impl PostgresStore {
         let writers = pool(&options, config.write_connections);
         let readers = pool(&options, config.read_connections);
         tx::ensure_projection_tables(&writers).await?;
+        chain::fill_unchained(&writers).await?;
         let (queue, pieces) = tokio::sync::mpsc::channel(1024);
         let inner = Arc::new(Inner {
             config,
@@ -390,6 +393,14 @@ impl Store for PostgresStore {
                 rows::read_events(&mut connection, position, limit).await
             }
         })
+    }
+
+    async fn read_chain(&self, after: i64, limit: usize) -> Result<Vec<ChainEntry>, StoreError> {
+        chain::read_chain(&self.inner.readers, after, limit).await
+    }
+
+    async fn last_verification(&self) -> Result<Option<Verification>, StoreError> {
+        chain::last_verification(&self.inner.readers).await
     }
 
     async fn head(&self) -> Result<i64, StoreError> {

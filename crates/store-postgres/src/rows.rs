@@ -13,6 +13,7 @@ use crate::error::map;
 use chrono::{DateTime, Utc};
 use opledger_domain::projections::{Cell, ColumnType, Key, Row, RowChange, TableSpec};
 use opledger_domain::{EventEnvelope, Timestamp};
+use opledger_store::append::Planned;
 use opledger_store::log::{self, RecordedAt, StoredEvent};
 use opledger_store::StoreError;
 use sqlx::postgres::{PgArguments, PgRow};
@@ -592,8 +593,9 @@ pub async fn read_events(conn: &mut PgConnection, after: i64, limit: usize) -> R
     fetched.iter().map(decode_event).collect()
 }
 
-/// Adds the insert of envelopes (already numbered) to `statement`.
-pub(crate) fn push_events(statement: &mut Statement, envelopes: &[EventEnvelope]) -> Result<(), StoreError> {
+/// Adds the insert of planned events (numbered and linked) to `statement`.
+pub(crate) fn push_events(statement: &mut Statement, planned: &Planned) -> Result<(), StoreError> {
+    let envelopes = &planned.envelopes;
     if envelopes.is_empty() {
         return Ok(());
     }
@@ -608,7 +610,8 @@ pub(crate) fn push_events(statement: &mut Statement, envelopes: &[EventEnvelope]
     let mut actors = Vec::with_capacity(count);
     let mut correlations = Vec::with_capacity(count);
     let mut causations = Vec::with_capacity(count);
-    for envelope in envelopes {
+    let hashes: Vec<Option<String>> = planned.hashes.iter().map(|hash| Some(hash.to_hex())).collect();
+    for (envelope, payload) in envelopes.iter().zip(&planned.payloads) {
         seqs.push(Some(envelope.seq));
         streams.push(Some(envelope.stream_id.as_str().to_string()));
         versions.push(Some(envelope.stream_version));
@@ -620,7 +623,7 @@ pub(crate) fn push_events(statement: &mut Statement, envelopes: &[EventEnvelope]
             )));
         }
         schema_versions.push(Some(i64::from(envelope.schema_version)));
-        payloads.push(Some(envelope.event.payload_json()));
+        payloads.push(Some(payload.clone()));
         times.push(Some(envelope.recorded_at.to_datetime()));
         actors.push(Some(envelope.actor.clone()));
         correlations.push(Some(envelope.correlation_id.clone()));
@@ -637,11 +640,12 @@ pub(crate) fn push_events(statement: &mut Statement, envelopes: &[EventEnvelope]
         statement.param(Bind::Array(Values::Text(actors)), "text[]"),
         statement.param(Bind::Array(Values::Text(correlations)), "text[]"),
         statement.param(Bind::Array(Values::Text(causations)), "text[]"),
+        statement.param(Bind::Array(Values::Text(hashes)), "text[]"),
     ];
     // ORDER BY: rows arrive in seq order, as the log's gap-free check
     // expects of a statement's rows.
     statement.push(format!(
-        "INSERT INTO media_operation_events ({EVENT_COLUMNS}) SELECT * FROM UNNEST({}) ORDER BY 1",
+        "INSERT INTO media_operation_events ({EVENT_COLUMNS}, chain_hash) SELECT * FROM UNNEST({}) ORDER BY 1",
         arrays.join(", ")
     ));
     Ok(())

@@ -12,10 +12,11 @@ use crate::ddl::{self, Copy, SHADOW_SUFFIX};
 use crate::error::map;
 use crate::rows::Values;
 use crate::{rows, work};
+use opledger_domain::chain::ChainPoint;
 use opledger_domain::projections::{all_specs, Cell, ProjectionSpec, Row, RowChange, TableSpec};
 use opledger_domain::EventEnvelope;
 use opledger_store::positions::{self, Positions};
-use opledger_store::{append, ClaimQuery, Lease, RowTarget, StoreError, StreamAppend, TableSet, WriteTx};
+use opledger_store::{append, ClaimQuery, Lease, RowTarget, StoreError, StreamAppend, TableSet, Verification, WriteTx};
 use sqlx::pool::PoolConnection;
 use sqlx::{PgConnection, PgPool, Postgres, Row as _};
 use std::collections::BTreeMap;
@@ -31,7 +32,7 @@ const LOCK_TIMEOUT: &str = "30s";
 
 /// The caches of a [`PostgresTx`] as a piece of a group found them.
 pub(crate) struct Checkpoint {
-    head: Option<i64>,
+    head: Option<ChainPoint>,
     positions: Option<Positions>,
     tables: TableSet,
 }
@@ -42,9 +43,11 @@ pub struct PostgresTx {
     /// (its task cancelled) closes its connection, so the server rolls it
     /// back, instead of returning it to the pool mid-transaction.
     connection: Option<PoolConnection<Postgres>>,
-    /// The log head as of this transaction, once read. Safe to cache: the
-    /// advisory lock keeps every other store writer out until we commit.
-    head: Option<i64>,
+    /// The log head and its chain link as of this transaction, once read.
+    /// Safe to cache: the advisory lock keeps every other store writer out
+    /// until we commit, so each append links to its true predecessor by
+    /// seq (a piece undone restores the head it started from).
+    head: Option<ChainPoint>,
     /// Every projection's (version, position), once read (same reason).
     positions: Option<Positions>,
     tables: TableSet,
@@ -204,7 +207,7 @@ impl PostgresTx {
 
     /// The log head as this transaction last knew it (after its appends).
     pub(crate) fn known_head(&self) -> Option<i64> {
-        self.head
+        self.head.map(|head| head.seq)
     }
 
     /// Opens the savepoint the first piece of a group runs in, after
@@ -286,14 +289,18 @@ impl PostgresTx {
         self.tables.into()
     }
 
-    async fn current_head(&mut self) -> Result<i64, StoreError> {
+    async fn current_head(&mut self) -> Result<ChainPoint, StoreError> {
         if let Some(head) = self.head {
             return Ok(head);
         }
-        let head = sqlx::query_scalar::<_, i64>("SELECT COALESCE(MAX(seq), 0) FROM media_operation_events")
-            .fetch_one(self.conn_reading(Reads::Log).await?)
-            .await
-            .map_err(|error| map(error, "reading the log head"))?;
+        let row: Option<(i64, Option<String>)> =
+            sqlx::query_as("SELECT seq, chain_hash FROM media_operation_events ORDER BY seq DESC LIMIT 1")
+                .fetch_optional(self.conn_reading(Reads::Log).await?)
+                .await
+                .map_err(|error| map(error, "reading the log head"))?;
+        let head = row.map_or(ChainPoint::START, |(seq, hash)| {
+            crate::chain::point(seq, hash.as_deref())
+        });
         self.head = Some(head);
         Ok(head)
     }
@@ -319,8 +326,10 @@ impl PostgresTx {
     /// the log head and the projection positions when those are not known
     /// yet: the first query of a transaction is one round trip, not three.
     async fn stream_versions(&mut self, streams: &[&str]) -> Result<BTreeMap<String, i64>, StoreError> {
+        // The head's row carries its chain hash in the text column.
         let head_part = if self.head.is_none() {
-            " UNION ALL SELECT NULL, COALESCE(MAX(seq), 0), 0 FROM media_operation_events"
+            " UNION ALL SELECT (SELECT chain_hash FROM media_operation_events ORDER BY seq DESC LIMIT 1), \
+             COALESCE(MAX(seq), 0), -1 FROM media_operation_events"
         } else {
             ""
         };
@@ -349,10 +358,18 @@ impl PostgresTx {
             .map_err(|error| map(error, "reading stream versions"))?;
         let mut versions = BTreeMap::new();
         for row in fetched {
-            // The third column tells the parts apart: 0 for streams and the
-            // head, version + 1 (always > 0) for projection positions.
+            // The third column tells the parts apart: 0 for streams, -1 for
+            // the head, version + 1 (always > 0) for projection positions.
             let tag: i64 = row.get(2);
             match (row.get::<Option<String>, _>(0), tag) {
+                (hash, -1) => {
+                    let seq = row.get::<i64, _>(1);
+                    self.head = Some(if seq == 0 {
+                        ChainPoint::START
+                    } else {
+                        crate::chain::point(seq, hash.as_deref())
+                    });
+                }
                 (Some(name), tag) if tag > 0 => {
                     if let Some(positions) = self.positions.as_mut() {
                         positions.insert(name, (tag - 1, row.get::<i64, _>(1)));
@@ -361,7 +378,7 @@ impl PostgresTx {
                 (Some(stream), _) => {
                     versions.insert(stream, row.get::<i64, _>(1));
                 }
-                (None, _) => self.head = Some(row.get::<i64, _>(1)),
+                (None, _) => {}
             }
         }
         Ok(versions)
@@ -411,7 +428,7 @@ impl WriteTx for PostgresTx {
         let versions = self.stream_versions(&streams).await?;
         let head = self.current_head().await?;
         let planned = append::plan(head, versions, appends)?;
-        rows::push_events(&mut self.pending.events, &planned.envelopes)?;
+        rows::push_events(&mut self.pending.events, &planned)?;
         self.head = Some(planned.head);
         Ok(planned.envelopes)
     }
@@ -468,7 +485,7 @@ impl WriteTx for PostgresTx {
     }
 
     async fn head(&mut self) -> Result<i64, StoreError> {
-        self.current_head().await
+        self.current_head().await.map(|head| head.seq)
     }
 
     async fn create_shadow(&mut self, spec: &'static ProjectionSpec) -> Result<(), StoreError> {
@@ -657,6 +674,10 @@ impl WriteTx for PostgresTx {
     async fn delete_lease(&mut self, claim_token: &str) -> Result<(), StoreError> {
         self.pending.leases.insert(claim_token.to_string(), None);
         Ok(())
+    }
+
+    async fn record_verification(&mut self, verification: &Verification) -> Result<(), StoreError> {
+        crate::chain::record_verification(self.conn().await?, verification).await
     }
 }
 

@@ -18,6 +18,7 @@
 //! either driver, to the neutral kinds of `opledger-store` (see `error.rs`,
 //! the only place that knows them).
 
+mod chain;
 mod config;
 mod ddl;
 mod error;
@@ -36,12 +37,13 @@ pub use scratch::SqliteScratch;
 pub use tx::SqliteTx;
 
 use futures::stream::BoxStream;
+use opledger_domain::chain::ChainEntry;
 use opledger_domain::projections::{Cell, Row, TableSpec};
 use opledger_domain::{EventEnvelope, StreamId, Timestamp};
 use opledger_store::group_commit::WorkPiece;
 use opledger_store::{
     log, positions, AheadQuery, BoxFuture, ClaimQueue, ClaimableAhead, ExpiredClaim, Lease, Page, PageQuery,
-    ProjectionState, Store, StoreError,
+    ProjectionState, Store, StoreError, Verification,
 };
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
 use sqlx::{ConnectOptions, Connection, Row as _, SqliteConnection};
@@ -257,6 +259,7 @@ fn open_writer(config: &SqliteConfig) -> Result<rusqlite::Connection, StoreError
         ))
         .map_err(|error| error::map_rusqlite(error, &opening))?;
     tx::ensure_projection_tables(&connection)?;
+    chain::fill_unchained(&connection)?;
     Ok(connection)
 }
 
@@ -388,6 +391,14 @@ impl Store for SqliteStore {
             .fetch_one(&self.inner.readers)
             .await
             .map_err(|error| error::map(error, "reading the log head"))
+    }
+
+    async fn read_chain(&self, after: i64, limit: usize) -> Result<Vec<ChainEntry>, StoreError> {
+        chain::read_chain(&self.inner.readers, after, limit).await
+    }
+
+    async fn last_verification(&self) -> Result<Option<Verification>, StoreError> {
+        chain::last_verification(&self.inner.readers).await
     }
 
     async fn load_rows(&self, table: &'static TableSpec, keys: &[String]) -> Result<Vec<Row>, StoreError> {

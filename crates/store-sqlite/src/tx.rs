@@ -16,18 +16,19 @@
 
 use crate::ddl::{self, Copy, SHADOW_SUFFIX};
 use crate::writer_connection;
+use opledger_domain::chain::ChainPoint;
 use opledger_domain::projections::{all_specs, Cell, ProjectionSpec, Row, RowChange, TableSpec};
 use opledger_domain::EventEnvelope;
 use opledger_store::positions::{self, Positions};
-use opledger_store::{append, ClaimQuery, Lease, RowTarget, StoreError, StreamAppend, TableSet, WriteTx};
+use opledger_store::{append, ClaimQuery, Lease, RowTarget, StoreError, StreamAppend, TableSet, Verification, WriteTx};
 use rusqlite::Connection;
 use std::collections::BTreeMap;
 
 /// The writer connection while it holds a transaction.
 pub struct SqliteTx {
     pub(crate) connection: Connection,
-    /// The log head as of this transaction, once read.
-    head: Option<i64>,
+    /// The log head and its chain link as of this transaction, once read.
+    head: Option<ChainPoint>,
     /// Every projection's (version, position) as of this transaction, once
     /// read. Safe to cache: the writer holds the write lock, so only this
     /// transaction can change them until it commits.
@@ -41,7 +42,7 @@ pub struct SqliteTx {
 
 /// What `restore` needs to undo a rolled-back piece of work's cached state.
 pub(crate) struct Checkpoint {
-    head: Option<i64>,
+    head: Option<ChainPoint>,
     positions: Option<Positions>,
 }
 
@@ -115,17 +116,16 @@ impl SqliteTx {
         self.tables.into()
     }
 
-    fn current_head(&mut self) -> Result<i64, StoreError> {
+    /// The last event and its link. Cached for the transaction: the writer
+    /// holds the write lock, and each piece of a group appends after the
+    /// head the piece before it left (a rolled-back piece's head is
+    /// restored with its checkpoint), so every event links to its true
+    /// predecessor by seq.
+    fn current_head(&mut self) -> Result<ChainPoint, StoreError> {
         if let Some(head) = self.head {
             return Ok(head);
         }
-        let head = writer_connection::select_optional::<i64>(
-            &self.connection,
-            "SELECT COALESCE(MAX(seq), 0) FROM media_operation_events",
-            &[],
-            "reading the log head",
-        )?
-        .unwrap_or(0);
+        let head = crate::chain::head(&self.connection)?;
         self.head = Some(head);
         Ok(head)
     }
@@ -192,7 +192,7 @@ impl SqliteTx {
         let versions = self.stream_versions(&streams)?;
         let head = self.current_head()?;
         let planned = append::plan(head, versions, appends)?;
-        let inserted = writer_connection::insert_events(&self.connection, &planned.envelopes);
+        let inserted = writer_connection::insert_events(&self.connection, &planned);
         self.wrote(inserted)?;
         self.head = Some(planned.head);
         Ok(planned.envelopes)
@@ -427,7 +427,7 @@ impl WriteTx for SqliteTx {
     }
 
     async fn head(&mut self) -> Result<i64, StoreError> {
-        self.current_head()
+        self.current_head().map(|head| head.seq)
     }
 
     async fn create_shadow(&mut self, spec: &'static ProjectionSpec) -> Result<(), StoreError> {
@@ -487,6 +487,11 @@ impl WriteTx for SqliteTx {
 
     async fn delete_lease(&mut self, claim_token: &str) -> Result<(), StoreError> {
         let written = writer_connection::delete_lease(&self.connection, claim_token);
+        self.wrote(written)
+    }
+
+    async fn record_verification(&mut self, verification: &Verification) -> Result<(), StoreError> {
+        let written = crate::chain::record_verification(&self.connection, verification);
         self.wrote(written)
     }
 }

@@ -11,8 +11,10 @@ use crate::ddl::Copy;
 use crate::error::map_rusqlite;
 use crate::rows::{self, MAX_PARAMS};
 use crate::work::{self, StoredLease};
+use opledger_domain::chain::ChainHash;
 use opledger_domain::projections::{Cell, ColumnType, Key, Row, RowChange, TableSpec};
 use opledger_domain::{EventEnvelope, Timestamp};
+use opledger_store::append::Planned;
 use opledger_store::log::{self, RecordedAt, StoredEvent};
 use opledger_store::{ClaimQuery, Lease, StoreError};
 use rusqlite::types::{Null, ValueRef};
@@ -28,7 +30,7 @@ const READ_EVENTS: &str = "SELECT seq, stream_id, stream_version, event_type, sc
      recorded_at, actor, correlation_id, causation_id \
      FROM main.media_operation_events WHERE seq > ?1 ORDER BY seq LIMIT ?2";
 
-/// Rows per multi-row INSERT into the log (10 parameters each).
+/// Rows per multi-row INSERT into the log (11 parameters each).
 const EVENTS_PER_STATEMENT: usize = 90;
 
 pub(crate) fn prepare<'c>(
@@ -360,36 +362,50 @@ fn update_sql_cached(table: &'static TableSpec, copy: Copy<'_>, positions: &[usi
 
 /// Inserts stored envelopes into the log, up to 90 rows per statement. The
 /// log's triggers refuse anything but the next seq and stream version.
-pub(crate) fn insert_events(connection: &Connection, envelopes: &[EventEnvelope]) -> Result<(), StoreError> {
+pub(crate) fn insert_events(connection: &Connection, planned: &Planned) -> Result<(), StoreError> {
     let context = "appending to the event log";
-    for chunk in envelopes.chunks(EVENTS_PER_STATEMENT) {
+    let rows: Vec<(&EventEnvelope, (&String, &ChainHash))> = planned
+        .envelopes
+        .iter()
+        .zip(planned.payloads.iter().zip(&planned.hashes))
+        .collect();
+    for chunk in rows.chunks(EVENTS_PER_STATEMENT) {
         let sql = format!(
-            "INSERT INTO media_operation_events ({}) VALUES {}",
+            "INSERT INTO media_operation_events ({}, chain_hash) VALUES {}",
             rows::EVENT_COLUMNS,
-            vec!["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"; chunk.len()].join(", ")
+            vec!["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"; chunk.len()].join(", ")
         );
         let mut statement = prepare(connection, &sql, context)?;
-        for (position, envelope) in chunk.iter().enumerate() {
-            bind_event(&mut statement, position * 10, envelope).map_err(|error| map_rusqlite(error, context))?;
+        for (position, (envelope, (payload, hash))) in chunk.iter().enumerate() {
+            bind_event(&mut statement, position * 11, envelope, payload, hash)
+                .map_err(|error| map_rusqlite(error, context))?;
         }
         statement.raw_execute().map_err(|error| map_rusqlite(error, context))?;
     }
     Ok(())
 }
 
-/// Binds one envelope's ten columns after parameter `base`, in
-/// [`rows::EVENT_COLUMNS`] order, without copying its strings first.
-fn bind_event(statement: &mut CachedStatement<'_>, base: usize, envelope: &EventEnvelope) -> rusqlite::Result<()> {
+/// Binds one envelope's eleven columns after parameter `base`, in
+/// [`rows::EVENT_COLUMNS`] order and then its chain hash, without copying
+/// its strings first. The payload is the plan's text, the one its hash covers.
+fn bind_event(
+    statement: &mut CachedStatement<'_>,
+    base: usize,
+    envelope: &EventEnvelope,
+    payload: &str,
+    hash: &ChainHash,
+) -> rusqlite::Result<()> {
     statement.raw_bind_parameter(base + 1, envelope.seq)?;
     statement.raw_bind_parameter(base + 2, envelope.stream_id.as_str())?;
     statement.raw_bind_parameter(base + 3, envelope.stream_version)?;
     statement.raw_bind_parameter(base + 4, envelope.event.event_type())?;
     statement.raw_bind_parameter(base + 5, i64::from(envelope.schema_version))?;
-    statement.raw_bind_parameter(base + 6, envelope.event.payload_json())?;
+    statement.raw_bind_parameter(base + 6, payload)?;
     statement.raw_bind_parameter(base + 7, envelope.recorded_at.to_rfc3339())?;
     statement.raw_bind_parameter(base + 8, envelope.actor.as_str())?;
     statement.raw_bind_parameter(base + 9, envelope.correlation_id.as_str())?;
-    statement.raw_bind_parameter(base + 10, envelope.causation_id.as_deref())
+    statement.raw_bind_parameter(base + 10, envelope.causation_id.as_deref())?;
+    statement.raw_bind_parameter(base + 11, hash.to_hex())
 }
 
 /// Reads up to `limit` events after `after`, in seq order.

@@ -6,8 +6,16 @@
 //! rules (append-only, next seq, next stream version, expected version).
 //! Written once, they cannot differ between backends; each backend only
 //! reads the head and the streams' versions, and writes the envelopes.
+//!
+//! The plan also links each event into the log's hash chain
+//! ([`opledger_domain::chain`]): its `chain_hash` follows from the hash of
+//! the event before it by seq — the head the backend read under its write
+//! lock, or the event planned just before it — so events appended by
+//! several pieces of one group commit, or by writers taking turns on the
+//! lock, chain in exactly the order of their seqs.
 
 use crate::{ExpectedVersion, StoreError, StreamAppend};
+use opledger_domain::chain::{self, ChainHash, ChainPoint, StoredFacts};
 use opledger_domain::envelope::{EventEnvelope, StreamId};
 use std::collections::BTreeMap;
 
@@ -16,8 +24,29 @@ use std::collections::BTreeMap;
 pub struct Planned {
     /// In `seq` order: head + 1, head + 2, …
     pub envelopes: Vec<EventEnvelope>,
-    /// The log head once they are written (the old head if there were none).
-    pub head: i64,
+    /// Each envelope's payload column, as hashed: backends write this text.
+    pub payloads: Vec<String>,
+    /// Each envelope's `chain_hash` column.
+    pub hashes: Vec<ChainHash>,
+    /// The log head once they are written, with its chain hash (the old
+    /// head if there were none).
+    pub head: ChainPoint,
+}
+
+/// The digest of an envelope about to be stored with this payload text.
+pub fn digest_of(envelope: &EventEnvelope, payload: &str) -> ChainHash {
+    chain::event_digest(&StoredFacts {
+        seq: envelope.seq,
+        stream_id: envelope.stream_id.as_str(),
+        stream_version: envelope.stream_version,
+        event_type: envelope.event.event_type(),
+        schema_version: i64::from(envelope.schema_version),
+        payload,
+        recorded_at: envelope.recorded_at,
+        actor: &envelope.actor,
+        correlation_id: &envelope.correlation_id,
+        causation_id: envelope.causation_id.as_deref(),
+    })
 }
 
 /// A stream that is not where its append expected it: nothing of the call
@@ -48,7 +77,7 @@ fn meets(expected: ExpectedVersion, current: i64) -> bool {
     }
 }
 
-/// Plans one append call on a log whose highest `seq` is `head`, where
+/// Plans one append call on a log whose last event is `head`, where
 /// `stream_versions` holds the current version of every stream of the call
 /// that exists (an absent stream is at 0).
 ///
@@ -58,7 +87,7 @@ fn meets(expected: ExpectedVersion, current: i64) -> bool {
 /// each stream's versions on from its current one (a stream named twice
 /// goes on where its first part ended).
 pub fn plan(
-    head: i64,
+    head: ChainPoint,
     mut stream_versions: BTreeMap<String, i64>,
     appends: Vec<StreamAppend>,
 ) -> Result<Planned, Conflict> {
@@ -72,8 +101,12 @@ pub fn plan(
             });
         }
     }
-    let mut envelopes = Vec::with_capacity(appends.iter().map(|append| append.events.len()).sum());
-    let mut seq = head;
+    let count = appends.iter().map(|append| append.events.len()).sum();
+    let mut envelopes = Vec::with_capacity(count);
+    let mut payloads = Vec::with_capacity(count);
+    let mut hashes = Vec::with_capacity(count);
+    let mut seq = head.seq;
+    let mut previous = head.hash;
     for append in appends {
         let version = stream_versions
             .entry(append.stream_id.as_str().to_string())
@@ -81,7 +114,7 @@ pub fn plan(
         for new_event in append.events {
             seq += 1;
             *version += 1;
-            envelopes.push(EventEnvelope {
+            let envelope = EventEnvelope {
                 seq,
                 stream_id: append.stream_id.clone(),
                 stream_version: *version,
@@ -91,10 +124,20 @@ pub fn plan(
                 correlation_id: new_event.correlation_id,
                 causation_id: new_event.causation_id,
                 event: new_event.event,
-            });
+            };
+            let payload = envelope.event.payload_json();
+            previous = chain::link(&previous, &digest_of(&envelope, &payload));
+            envelopes.push(envelope);
+            payloads.push(payload);
+            hashes.push(previous);
         }
     }
-    Ok(Planned { envelopes, head: seq })
+    Ok(Planned {
+        envelopes,
+        payloads,
+        hashes,
+        head: ChainPoint { seq, hash: previous },
+    })
 }
 
 #[cfg(test)]
@@ -133,6 +176,14 @@ mod tests {
         }
     }
 
+    /// A head at `seq` with an arbitrary hash.
+    fn at(seq: i64) -> ChainPoint {
+        ChainPoint {
+            seq,
+            hash: ChainHash([seq as u8; 32]),
+        }
+    }
+
     fn versions(entries: &[(&str, i64)]) -> BTreeMap<String, i64> {
         entries
             .iter()
@@ -143,7 +194,7 @@ mod tests {
     #[test]
     fn events_are_numbered_from_the_head_and_from_each_streams_version() {
         let planned = plan(
-            10,
+            at(10),
             versions(&[("a", 3)]),
             vec![
                 append("a", ExpectedVersion::Exactly(3), 2),
@@ -158,14 +209,14 @@ mod tests {
             .map(|envelope| (envelope.seq, envelope.stream_id.as_str(), envelope.stream_version))
             .collect();
         assert_eq!(numbered, vec![(11, "a", 4), (12, "a", 5), (13, "b", 1), (14, "a", 6)]);
-        assert_eq!(planned.head, 14);
+        assert_eq!(planned.head.seq, 14);
     }
 
     #[test]
     fn envelopes_carry_each_events_facts_and_its_schema_version() {
         let sent = event(4);
         let planned = plan(
-            0,
+            ChainPoint::START,
             BTreeMap::new(),
             vec![StreamAppend {
                 stream_id: stream("a"),
@@ -184,22 +235,43 @@ mod tests {
     }
 
     #[test]
+    fn two_calls_chain_as_one_when_the_second_starts_at_the_first_ones_head() {
+        // A group commit plans each piece from the head the piece before it
+        // left: the chain is the same as one call's.
+        let parts = || {
+            vec![
+                append("a", ExpectedVersion::Any, 2),
+                append("b", ExpectedVersion::Any, 3),
+            ]
+        };
+        let whole = plan(ChainPoint::START, BTreeMap::new(), parts()).unwrap();
+        let [first, second]: [StreamAppend; 2] = parts().try_into().unwrap();
+        let one = plan(ChainPoint::START, BTreeMap::new(), vec![first]).unwrap();
+        let two = plan(one.head, versions(&[("a", 2)]), vec![second]).unwrap();
+        assert_eq!([one.hashes, two.hashes].concat(), whole.hashes);
+        assert_eq!(two.head, whole.head);
+        assert_eq!(whole.payloads[0], whole.envelopes[0].event.payload_json());
+    }
+
+    #[test]
     fn a_call_without_events_keeps_the_head() {
-        let planned = plan(7, BTreeMap::new(), vec![append("a", ExpectedVersion::Any, 0)]).unwrap();
+        let planned = plan(at(7), BTreeMap::new(), vec![append("a", ExpectedVersion::Any, 0)]).unwrap();
         assert_eq!(
             planned,
             Planned {
                 envelopes: Vec::new(),
-                head: 7
+                payloads: Vec::new(),
+                hashes: Vec::new(),
+                head: at(7)
             }
         );
-        assert_eq!(plan(7, BTreeMap::new(), Vec::new()).unwrap().head, 7);
+        assert_eq!(plan(at(7), BTreeMap::new(), Vec::new()).unwrap().head, at(7));
     }
 
     #[test]
     fn a_mismatch_in_any_stream_refuses_the_call_as_a_conflict_naming_it() {
         let refused = plan(
-            5,
+            at(5),
             versions(&[("a", 2), ("b", 1)]),
             vec![
                 append("a", ExpectedVersion::Exactly(2), 1),
@@ -226,7 +298,7 @@ mod tests {
         // not where the first part leaves it.
         let calls = |second: ExpectedVersion| {
             plan(
-                0,
+                ChainPoint::START,
                 versions(&[("a", 1)]),
                 vec![append("a", ExpectedVersion::Exactly(1), 1), append("a", second, 1)],
             )
@@ -274,7 +346,7 @@ mod tests {
                 .map(|(index, expected, events)| append(&format!("s{index}"), *expected, *events))
                 .collect();
             let all_met = parts.iter().all(|(index, expected, _)| meets(*expected, current[*index]));
-            match plan(head, known, appends) {
+            match plan(at(head), known, appends) {
                 Err(conflict) => {
                     prop_assert!(!all_met, "refused a call whose expectations all hold: {conflict:?}");
                     let index: usize = conflict.stream_id.as_str()[1..].parse().unwrap();
@@ -286,7 +358,16 @@ mod tests {
                     let total: usize = parts.iter().map(|(_, _, events)| events).sum();
                     let seqs: Vec<i64> = planned.envelopes.iter().map(|envelope| envelope.seq).collect();
                     prop_assert_eq!(seqs, (head + 1..=head + total as i64).collect::<Vec<_>>());
-                    prop_assert_eq!(planned.head, head + total as i64);
+                    prop_assert_eq!(planned.head.seq, head + total as i64);
+                    // Each event links to the one before it, the first to the head.
+                    let entries = planned.envelopes.iter().zip(&planned.payloads).zip(&planned.hashes).map(
+                        |((envelope, payload), hash)| chain::ChainEntry {
+                            seq: envelope.seq,
+                            digest: digest_of(envelope, payload),
+                            stored: Some(*hash),
+                        },
+                    );
+                    prop_assert_eq!(chain::check(at(head), entries), Ok(planned.head));
                     // Per stream: versions go on from the current one, one by one, in seq order.
                     for (index, version) in current.iter().enumerate() {
                         let name = format!("s{index}");

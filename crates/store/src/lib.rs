@@ -32,7 +32,7 @@ pub use error::{ErrorKind, StoreError};
 pub use page::{Direction, Page, PageQuery};
 pub use traits::{
     AheadQuery, ClaimQuery, ClaimQueue, ClaimableAhead, ExpectedVersion, ExpiredClaim, Lease, ProjectionState, RowDiff,
-    RowTarget, ScratchTarget, Store, StreamAppend, TableDiff, TableSet, WriteTx,
+    RowTarget, ScratchTarget, Store, StreamAppend, TableDiff, TableSet, Verification, WriteTx,
 };
 
 /// A boxed future, the shape `Store::write` work closures return.

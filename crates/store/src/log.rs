@@ -5,6 +5,7 @@
 
 use crate::StoreError;
 use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
+use opledger_domain::chain::{self, ChainEntry, ChainHash, StoredFacts};
 use opledger_domain::envelope::{EventEnvelope, StreamId};
 use opledger_domain::events::Event;
 use opledger_domain::time::Timestamp;
@@ -55,6 +56,34 @@ pub fn decode(stored: StoredEvent<'_>) -> Result<EventEnvelope, StoreError> {
         correlation_id: stored.correlation_id,
         causation_id: stored.causation_id,
         event,
+    })
+}
+
+/// A stored row as the chain check reads it: the digest of its columns as
+/// stored (the payload text as it is, not re-encoded) and its stored
+/// `chain_hash` (None when missing or not a hash). A time that does not
+/// parse is Corrupt at its seq, as for [`decode`].
+pub fn chain_entry(stored: &StoredEvent<'_>, chain_hash: Option<&str>) -> Result<ChainEntry, StoreError> {
+    let recorded_at = match stored.recorded_at {
+        RecordedAt::Text(text) => Timestamp::parse(text).map_err(|error| StoreError::corrupt_at(stored.seq, error))?,
+        RecordedAt::Time(time) => time,
+    };
+    let digest = chain::event_digest(&StoredFacts {
+        seq: stored.seq,
+        stream_id: &stored.stream_id,
+        stream_version: stored.stream_version,
+        event_type: stored.event_type,
+        schema_version: stored.schema_version,
+        payload: stored.payload,
+        recorded_at,
+        actor: &stored.actor,
+        correlation_id: &stored.correlation_id,
+        causation_id: stored.causation_id.as_deref(),
+    });
+    Ok(ChainEntry {
+        seq: stored.seq,
+        digest,
+        stored: chain_hash.and_then(|text| ChainHash::from_hex(text).ok()),
     })
 }
 
@@ -131,6 +160,29 @@ mod tests {
         let mut at_time = stored(3, "media_removed", REMOVED);
         at_time.recorded_at = RecordedAt::Time(Timestamp::from_micros(7));
         assert_eq!(decode(at_time).unwrap().recorded_at, Timestamp::from_micros(7));
+    }
+
+    #[test]
+    fn a_chain_entry_digests_the_stored_text_whatever_form_the_time_is_read_in() {
+        let text = stored(3, "media_removed", REMOVED);
+        let mut time = stored(3, "media_removed", REMOVED);
+        time.recorded_at = RecordedAt::Time(Timestamp::parse("2026-01-01T00:00:00.000000Z").unwrap());
+        let hash = "ab".repeat(32);
+        let from_text = chain_entry(&text, Some(&hash)).unwrap();
+        assert_eq!(from_text, chain_entry(&time, Some(&hash)).unwrap());
+        assert_eq!(from_text.stored.map(|stored| stored.to_hex()), Some(hash));
+        // The payload is hashed as stored: the same event written with other spacing differs.
+        let respaced = REMOVED.replace(',', ", ");
+        assert_ne!(
+            chain_entry(&stored(3, "media_removed", &respaced), None)
+                .unwrap()
+                .digest,
+            from_text.digest
+        );
+        assert_eq!(chain_entry(&text, Some("not a hash")).unwrap().stored, None);
+        let mut bad_time = stored(4, "media_removed", REMOVED);
+        bad_time.recorded_at = RecordedAt::Text("yesterday");
+        assert_eq!(chain_entry(&bad_time, None).unwrap_err().seq, Some(4));
     }
 
     #[test]

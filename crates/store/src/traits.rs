@@ -11,6 +11,7 @@ use crate::error::StoreError;
 use crate::page::{Page, PageQuery};
 use crate::BoxFuture;
 use futures::stream::BoxStream;
+use opledger_domain::chain::{ChainEntry, ChainHash};
 use opledger_domain::envelope::{EventEnvelope, NewEvent, StreamId};
 use opledger_domain::projections::{Cell, ProjectionSpec, Row, RowChange, TableSpec};
 use opledger_domain::tasks::TargetType;
@@ -91,6 +92,31 @@ pub struct Lease {
     /// Counters changed since the last progress event: the outcome records
     /// them on the timeline as the final counts.
     pub progress_unrecorded: bool,
+}
+
+/// What the last check of the log's integrity (`opledger replay --verify`)
+/// found, kept beside the projection positions: not a projection (nothing
+/// in the log derives it) and not an event (a check is a read; recording
+/// it as an event would move the head it just checked, and a check run
+/// where only reading is allowed could not record itself at all).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verification {
+    pub verified_at: Timestamp,
+    /// The seq the check reached (the projections were compared there).
+    pub position: i64,
+    /// The chain hash at `position` when the chain held up to it: whoever
+    /// keeps it elsewhere can tell later that no event up to there changed.
+    pub head_hash: Option<ChainHash>,
+    /// The first seq where the chain breaks, if it does.
+    pub broken_at: Option<i64>,
+    /// How many projection tables differed from the log's replay.
+    pub differing_tables: i64,
+}
+
+impl Verification {
+    pub fn is_intact(&self) -> bool {
+        self.broken_at.is_none() && self.differing_tables == 0
+    }
 }
 
 /// A claim whose lease ended before some time: recovery's candidate.
@@ -299,6 +325,12 @@ pub trait WriteTx: RowTarget {
     fn put_lease(&mut self, lease: &Lease) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     fn delete_lease(&mut self, claim_token: &str) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Replaces the record of the last integrity check.
+    fn record_verification(
+        &mut self,
+        verification: &Verification,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
 
 /// A private copy of every projection table that replay folds into, and
@@ -389,6 +421,16 @@ pub trait Store: Clone + Send + Sync + 'static {
 
     /// The highest `seq` in the log (0 when empty).
     fn head(&self) -> impl Future<Output = Result<i64, StoreError>> + Send;
+
+    /// Up to `limit` events after `after`, in seq order, as the chain check
+    /// reads them: each one's digest of what is stored and its stored
+    /// chain hash ([`crate::log::chain_entry`]), from a read connection.
+    /// Payloads are not decoded: an event that no longer decodes can still
+    /// be checked.
+    fn read_chain(&self, after: i64, limit: usize) -> impl Future<Output = Result<Vec<ChainEntry>, StoreError>> + Send;
+
+    /// The record of the last integrity check, if any was recorded.
+    fn last_verification(&self) -> impl Future<Output = Result<Option<Verification>, StoreError>> + Send;
 
     /// Rows of a live projection table by primary key, from a read connection.
     fn load_rows(

@@ -89,12 +89,14 @@ impl Verification {
 }
 
 /// Replays the log into scratch tables and compares them with the live
-/// projections (admin); the live ones are untouched.
+/// projections, and walks the log's hash chain (admin); the live tables are
+/// untouched, and the check is recorded for `status` (`integrity`).
 #[utoipa::path(post, path = "/api/v1/verify", tag = "admin",
     responses((status = 200, body = Verification), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn verify<S: Store>(State(app): State<App<S>>, caller: Caller) -> ApiResult<Json<Verification>> {
     caller.require(Role::Admin)?;
     let report = app.engine().verify().await?;
+    app.engine().record_verification(&report).await?;
     Ok(Json(Verification::of(&report)))
 }
