@@ -18,6 +18,7 @@ use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+use tokio::sync::watch;
 
 /// Files registered before the first tasks are requested: few, so the image
 /// threads start on tasks while the next, larger chunks are read.
@@ -82,6 +83,7 @@ pub(crate) async fn drive<S: Store>(
     progress: &dyn IngestProgress,
     known_paths: &KnownPaths,
     stop: &StopSignal,
+    mut workers_ended: watch::Receiver<bool>,
 ) -> Result<Driven, IngestError> {
     let sorted = sort_claims(claims, &reading.settler).await;
     let mut files = Files {
@@ -114,6 +116,12 @@ pub(crate) async fn drive<S: Store>(
     // Resumed files registered by a run that died: find their tasks.
     files.register(sorted.registered, Readiness::Settled).await?;
     while !files.in_flight.is_empty() && !stop.is_requested() {
+        if *workers_ended.borrow() {
+            // The workers gave up (storage trouble): no task will settle.
+            // The files in flight are left to the next run; the workers'
+            // error is the run's answer.
+            break;
+        }
         files.finish_settled().await?;
         progress.settled(files.tally.settled, files.tally.failed);
         if !files.in_flight.is_empty() {
@@ -127,6 +135,7 @@ pub(crate) async fn drive<S: Store>(
             tokio::select! {
                 () = tokio::time::sleep(Duration::from_millis(poll)) => {}
                 () = stop.requested() => {}
+                _ = workers_ended.changed() => {}
             }
         }
     }

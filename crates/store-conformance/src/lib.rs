@@ -15,12 +15,13 @@
 //! through the harness, so the same checks hold every backend to the same
 //! contract.
 //! The suite is split by topic: the log (`log.rs`), group commit
-//! (`group_commit.rs`), the work protocol's queries (`work.rs`), projection
+//! (`group_commit.rs`), the ledger's locks (`lock.rs`), the work protocol's queries (`work.rs`), projection
 //! rows (`rows.rs`), paged walks (`pages.rs`) and scratch copies
 //! (`scratch.rs`).
 
 mod fixtures;
 mod group_commit;
+mod lock;
 mod log;
 mod pages;
 mod rows;
@@ -29,6 +30,7 @@ mod work;
 
 pub use fixtures::registered;
 pub use group_commit::*;
+pub use lock::*;
 pub use log::*;
 pub use pages::*;
 pub use rows::*;
@@ -83,7 +85,9 @@ macro_rules! conformance_tests {
             pages_walk_every_row_once_in_bytewise_order_both_ways,
             a_prefix_range_holds_exactly_the_paths_with_that_prefix,
             equalities_select_and_filters_are_checked_on_a_bounded_walk,
-            a_walk_query_the_table_cannot_answer_is_refused
+            a_walk_query_the_table_cannot_answer_is_refused,
+            a_ledger_lock_has_one_holder_across_stores_until_it_is_dropped,
+            a_ledger_lock_name_that_is_not_a_short_word_is_refused
         );
     };
     (@each $make:expr; $($name:ident),+) => {

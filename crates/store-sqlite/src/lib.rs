@@ -21,6 +21,7 @@
 mod config;
 mod ddl;
 mod error;
+mod lock;
 mod open;
 mod page;
 mod rows;
@@ -32,6 +33,7 @@ mod writer;
 mod writer_connection;
 
 pub use config::{SqliteConfig, Synchronous};
+pub use lock::SqliteLock;
 pub use scratch::SqliteScratch;
 pub use tx::SqliteTx;
 
@@ -331,6 +333,7 @@ async fn migrate(config: &SqliteConfig) -> Result<(), StoreError> {
 impl Store for SqliteStore {
     type Tx = SqliteTx;
     type Scratch = SqliteScratch;
+    type Lock = SqliteLock;
 
     fn backend(&self) -> &'static str {
         "sqlite"
@@ -534,6 +537,14 @@ impl Store for SqliteStore {
                 SqliteScratch::open(connection, &config.path, &std::env::temp_dir()).await
             }
         }
+    }
+
+    async fn try_lock_ledger(&self, name: &str) -> Result<Option<SqliteLock>, StoreError> {
+        lock::try_lock(&self.inner.config.path, name)
+    }
+
+    async fn lock_ledger(&self, name: &str) -> Result<SqliteLock, StoreError> {
+        lock::lock(&self.inner.config.path, name).await
     }
 }
 

@@ -22,6 +22,7 @@ pub mod append;
 mod error;
 pub mod group_commit;
 pub mod ledger;
+pub mod lock;
 pub mod log;
 pub mod page;
 pub mod positions;
@@ -29,6 +30,7 @@ pub mod tables;
 mod traits;
 
 pub use error::{ErrorKind, StoreError};
+pub use lock::LedgerLock;
 pub use page::{Direction, Page, PageQuery};
 pub use traits::{
     AheadQuery, ClaimQuery, ClaimQueue, ClaimableAhead, ExpectedVersion, ExpiredClaim, Lease, ProjectionState, RowDiff,

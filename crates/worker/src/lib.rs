@@ -44,6 +44,7 @@
 
 mod compute;
 mod files;
+mod flight;
 mod job;
 mod link;
 mod pool;
@@ -52,6 +53,7 @@ mod task;
 
 pub use compute::{ComputeError, ComputeThreads};
 pub use files::remove_abandoned_outputs;
+pub use flight::FlightRecord;
 pub use job::{Job, JobError, StopReason, StopSignal, PROGRESS_INTERVAL};
 pub use pool::{PoolError, PoolReport, WorkerPool, WorkerPoolBuilder};
 pub use task::{Outcome, Task, TaskError};
