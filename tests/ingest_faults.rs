@@ -133,6 +133,10 @@ fn in_own_mount_namespace(script: &str) -> Option<std::process::Output> {
     ))
 }
 
+fn after_fill_ms(text: &str) -> u64 {
+    text.trim().parse().unwrap_or_else(|error| panic!("{error}: {text:?}"))
+}
+
 #[test]
 fn a_disk_that_fills_while_the_workers_run_stops_the_ingest_with_exit_5_saying_so_and_the_next_run_resumes() {
     const PHOTOS: usize = 150;
@@ -189,7 +193,15 @@ echo $? > '{out}/verify.code'
         "the run on a full disk ends by itself with exit 5 (124: it was still retrying after 120 s)\n{first_err}"
     );
     assert!(first_err.contains("opledger: disk full: "), "{first_err}");
-    let after_fill: u64 = read("first.ms").trim().parse().unwrap();
+    assert!(
+        first_err.contains("stopped trying)"),
+        "it waited out the full disk before it stopped: {first_err}"
+    );
+    assert!(
+        after_fill_ms(&read("first.ms")) >= 3_000,
+        "it waited its --give-up-after"
+    );
+    let after_fill = after_fill_ms(&read("first.ms"));
     assert!(after_fill < 60_000, "stopped {after_fill} ms after the disk filled");
     let warnings = first_err.matches("claim failed").count();
     assert!(

@@ -5,6 +5,7 @@
 
 use crate::discover::observe;
 use crate::finish::{finish_settled, SETTLE_WINDOW};
+use crate::patience::patiently;
 use crate::pipeline::CHUNK;
 use crate::workers::KnownPaths;
 use crate::{IngestError, IngestProgress, StopSignal, INGEST_TASK_KINDS};
@@ -29,6 +30,8 @@ const FIRST_CHUNK: usize = 32;
 pub(crate) struct FileReading {
     pub settler: Settler,
     pub compute: ComputeThreads,
+    /// How long a write may fail on storage trouble (see `patience`).
+    pub give_up_after: Duration,
 }
 
 /// A file of this run that is being processed.
@@ -216,9 +219,10 @@ impl<S: Store> Files<'_, S> {
         if readiness == Readiness::BeingWritten {
             // The stage a file waits in while it is still being written.
             let claims: Vec<IngestionClaim> = files.iter().map(|file| file.claim.clone()).collect();
-            engine
-                .ingestion_stage(context, &claims, IngestionStage::Settling)
-                .await?;
+            patiently(self.reading.give_up_after, "record files settling", || {
+                engine.ingestion_stage(context, &claims, IngestionStage::Settling)
+            })
+            .await?;
         }
         let read = read_files(files, self.reading, readiness, self.stop).await;
         let mut registrations = Vec::new();
@@ -246,18 +250,27 @@ impl<S: Store> Files<'_, S> {
                 Reading::Stopped => self.unread.push(file.claim),
             }
         }
+        let patience = self.reading.give_up_after;
         if !hashed.is_empty() {
-            engine
-                .ingestion_stage(context, &hashed, IngestionStage::Hashing)
-                .await?;
+            patiently(patience, "record files hashing", || {
+                engine.ingestion_stage(context, &hashed, IngestionStage::Hashing)
+            })
+            .await?;
         }
         self.tally.settled += unreadable.len();
         self.tally.failed += unreadable.len();
         if !unreadable.is_empty() {
-            engine.finish_ingestions(context, unreadable).await?;
+            patiently(patience, "finish unreadable files", || {
+                engine.finish_ingestions(context, unreadable.clone())
+            })
+            .await?;
         }
         for chunk in chunks(registrations, CHUNK) {
-            for outcome in engine.register_ingestions(context, chunk, INGEST_TASK_KINDS).await? {
+            let registered = patiently(patience, "register files", || {
+                engine.register_ingestions(context, chunk.clone(), INGEST_TASK_KINDS)
+            })
+            .await?;
+            for outcome in registered {
                 self.tally.tasks_created += outcome.tasks_created;
                 if let Some(mut file) = by_operation.remove(&outcome.operation_id) {
                     file.media_id = Some(outcome.media_id);
@@ -274,7 +287,13 @@ impl<S: Store> Files<'_, S> {
 
     /// Finishes the files in flight whose tasks have all settled, counted.
     async fn finish_settled(&mut self) -> Result<(), IngestError> {
-        let finished = finish_settled(self.engine, self.context, &mut self.in_flight).await?;
+        let finished = finish_settled(
+            self.engine,
+            self.context,
+            &mut self.in_flight,
+            self.reading.give_up_after,
+        )
+        .await?;
         self.tally.settled += finished.done;
         self.tally.failed += finished.failed;
         Ok(())

@@ -40,6 +40,7 @@ mod drive;
 mod finish;
 mod lock;
 mod options;
+mod patience;
 mod pipeline;
 mod review;
 mod summary;

@@ -133,6 +133,7 @@ pub async fn ingest<S: Store>(
     let reading = FileReading {
         settler: Settler::new(options.settle_quiet).with_poll(options.settle_quiet / 5),
         compute: workers.compute.clone(),
+        give_up_after: options.give_up_after,
     };
     let known_paths = workers.known_paths.clone();
     let workers_ended = workers.ended.clone();
@@ -167,7 +168,7 @@ pub async fn ingest<S: Store>(
     // release the rest for the next run.
     let mut interrupted = None;
     if stopping {
-        let finished = finish_settled(&engine, &run.context, &mut driven.in_flight).await?;
+        let finished = finish_settled(&engine, &run.context, &mut driven.in_flight, options.give_up_after).await?;
         driven.tally.settled += finished.done;
         driven.tally.failed += finished.failed;
         let by = stop.requested_by().unwrap_or_else(|| "a stop request".into());
