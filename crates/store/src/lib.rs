@@ -4,7 +4,8 @@
 //! expected-version check and numbering), the projection-position check,
 //! what a page of a paged walk is (`page`), the pieces of work a
 //! group-committing writer queues, the naming of the projection tables'
-//! copies, and the log's decoding and paging.
+//! copies, the log's decoding and paging, and what a ledger's named locks
+//! are (`lock`).
 //!
 //! This crate must not know any particular database: no SQL, no driver, no
 //! SQLSTATE (`tests/architecture/sources.rs` checks that its code holds no

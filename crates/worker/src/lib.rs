@@ -12,7 +12,9 @@
 //! table are the domain's; the runtime only says whether an error was
 //! retryable. Tasks see neither the engine nor the store: a [`Job`] is all
 //! they get (the claim, throttled progress, the cancellation signal, and
-//! fenced file outputs).
+//! fenced file outputs). Claims that fail on storage trouble back off, and
+//! a pool may be told to give up after a bound; compute threads can keep a
+//! [`FlightRecord`] of the claims they run, which outlives the process.
 //!
 //! ```no_run
 //! use opledger_worker::{Job, Outcome, Task, TaskError, WorkerPool};
