@@ -821,6 +821,11 @@ pub struct IngestArgs {
     /// How long a file must stay unchanged before it is read, in milliseconds.
     #[arg(long, default_value_t = 500)]
     pub settle_ms: u64,
+    /// How long, in seconds, the image workers keep trying while the
+    /// database cannot take their writes (a full disk, an unreachable
+    /// server) before the ingest stops with exit 5; the next run resumes.
+    #[arg(long, default_value_t = 60)]
+    pub give_up_after: u64,
 }
 
 #[derive(Debug, Args)]

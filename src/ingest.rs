@@ -62,16 +62,13 @@ pub async fn run<S: Store>(
     // Thumbnail paths are recorded in the ledger: absolute, so they name the
     // same file whatever folder a later command runs in.
     let dir = std::fs::canonicalize(&dir).unwrap_or(dir);
-    let lock_path = match &database_file {
-        Some(file) => PathBuf::from(format!("{}.ingest-lock", file.display())),
-        None => dir.join("opledger-ingest.lock"),
-    };
-    let mut options = IngestOptions::new(&args.dir, dir.join("thumbnails"), lock_path);
+    let mut options = IngestOptions::new(&args.dir, dir.join("thumbnails"));
     options.batch_name = args.batch_name.clone();
     if let Some(workers) = args.workers {
         options.workers = workers;
     }
     options.settle_quiet = Duration::from_millis(args.settle_ms);
+    options.give_up_after = Duration::from_secs(args.give_up_after);
     options.exclude = database_file.into_iter().collect();
     let progress: Arc<dyn IngestProgress> = if !as_json && std::io::stderr().is_terminal() {
         Arc::new(Bar::new())

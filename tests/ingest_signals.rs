@@ -1,8 +1,9 @@
 //! `opledger ingest` stopped by real signals in a real process: SIGINT and
 //! SIGTERM stop it with their exit codes, release what it held and let the
 //! next run resume at once; after SIGKILL the next run knows the dead run's
-//! claims from the lock file and releases them without waiting for their
-//! leases. `replay --verify` after each.
+//! claims by its name and releases them without waiting for their leases,
+//! counting an interruption only for the claim its flight record shows
+//! running. `replay --verify` after each.
 
 mod common;
 mod ingest_support;
@@ -14,6 +15,7 @@ use opledger_domain::Event;
 use opledger_media::{generate_samples_with, SampleOptions};
 use opledger_store::Store;
 use opledger_store_sqlite::{SqliteConfig, SqliteStore};
+use opledger_worker::FlightRecord;
 use serde_json::Value;
 use std::io::Read;
 use std::path::Path;
@@ -109,6 +111,31 @@ async fn interruptions(engine: &opledger_engine::Engine<SqliteStore>) -> Vec<Str
         .collect()
 }
 
+/// The reasons of every release in the log.
+async fn releases(engine: &opledger_engine::Engine<SqliteStore>) -> Vec<String> {
+    events(engine)
+        .await
+        .iter()
+        .filter_map(|event| match &event.event {
+            Event::OperationReleased(released) => Some(released.reason.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The flight records ingest runs left beside their thumbnails.
+fn flight_records(dir: &Path) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(dir.join("thumbnails"))
+        .unwrap()
+        .flatten()
+        .map(|entry| entry.path())
+        .filter(|path| {
+            let name = path.file_name().unwrap().to_string_lossy();
+            name.starts_with(".ingest-") && name.ends_with(".running")
+        })
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigint_stops_the_ingest_with_exit_130_releases_what_it_held_and_the_next_run_resumes_at_once() {
     let dir = tempfile::tempdir().unwrap();
@@ -129,11 +156,7 @@ async fn sigint_stops_the_ingest_with_exit_130_releases_what_it_held_and_the_nex
     let engine = engine(dir.path()).await;
     assert_eq!(held_claims(engine.store()).await, 0);
     assert_eq!(held_ingestions(&engine).await, 0);
-    assert_eq!(
-        std::fs::read_to_string(dir.path().join("opledger.db.ingest-lock")).unwrap(),
-        "",
-        "the run recorded that it holds nothing"
-    );
+    assert!(flight_records(dir.path()).is_empty(), "the run left no flight record");
 
     let resumed = ingest(dir.path(), &[]);
     assert_eq!(count(&resumed, "resumed"), left, "{resumed}");
@@ -194,8 +217,18 @@ async fn after_sigkill_the_next_ingest_releases_the_dead_runs_claims_without_wai
     let engine = engine(dir.path()).await;
     let held = held_claims(engine.store()).await;
     assert!(held > 0, "the killed run held task claims");
-    let record = std::fs::read_to_string(dir.path().join("opledger.db.ingest-lock")).unwrap();
-    assert!(record.starts_with("ingest-"), "the lock names its holder: {record:?}");
+    let records = flight_records(dir.path());
+    assert_eq!(records.len(), 1, "the killed run left its flight record: {records:?}");
+    let running = FlightRecord::read(&records[0]).unwrap();
+    assert!(
+        running.len() <= 1,
+        "one image thread runs one claim at most: {running:?}"
+    );
+    let record_name = records[0].file_name().unwrap().to_str().unwrap().to_string();
+    let dead_run = record_name
+        .trim_start_matches('.')
+        .trim_end_matches(".running")
+        .to_string();
 
     let output = opledger(dir.path())
         .args(["--json", "ingest", "photos", "--workers", "2"])
@@ -206,14 +239,23 @@ async fn after_sigkill_the_next_ingest_releases_the_dead_runs_claims_without_wai
     assert!(count(&resumed, "resumed") > 0, "{resumed}");
     assert_eq!(count(&resumed, "changed") + count(&resumed, "new"), 0, "{resumed}");
     let reasons = interruptions(&engine).await;
-    let dead_run = record.trim();
-    let released = reasons
+    let interrupted = reasons
         .iter()
-        .filter(|reason| reason.contains("ended without releasing it") && reason.contains(dead_run))
+        .filter(|reason| reason.contains("ended without releasing it, while it ran") && reason.contains(&dead_run))
+        .count();
+    let given_back = releases(&engine)
+        .await
+        .iter()
+        .filter(|reason| reason.contains("ended without releasing it, before it started"))
         .count();
     assert_eq!(
-        released, held,
-        "every claim of the dead run released at once: {reasons:?}"
+        (interrupted, given_back),
+        (running.len(), held - running.len()),
+        "every claim of the dead run released at once, only the running one counted: {reasons:?}"
+    );
+    assert!(
+        flight_records(dir.path()).is_empty(),
+        "the dead run's record is read once and removed"
     );
     assert!(
         reasons.iter().all(|reason| !reason.contains("lease expired")),

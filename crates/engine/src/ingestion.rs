@@ -417,6 +417,7 @@ impl<S: Store> Engine<S> {
         let stamp = self.stamp(context);
         self.command(move |tx, rows| {
             Box::pin(async move {
+                refuse_second_media_at_a_path(tx, &planned).await?;
                 let ids: Vec<OperationId> = planned.iter().map(|(item, _, _)| item.claim.operation_id).collect();
                 let operations: BTreeMap<OperationId, OperationRow> = load_ingestions(tx, &ids)
                     .await?
@@ -770,4 +771,45 @@ async fn load_ingestions<T: WriteTx>(tx: &mut T, ids: &[OperationId]) -> Result<
             _ => None,
         })
         .collect())
+}
+
+/// The media registry holds one item per path for what the ingest
+/// registers: a new item is refused, inside the write that would register
+/// it, when an item at its path exists (registered since the read that
+/// planned it, by another writer) or when two of the registrations name
+/// one path. *Why here:* the plan's read is outside the transaction, and
+/// only a check under the write lock sees every writer's items.
+async fn refuse_second_media_at_a_path<T: WriteTx>(
+    tx: &mut T,
+    planned: &[(Registration, MediaId, bool)],
+) -> Result<(), EngineError> {
+    let mut paths = BTreeSet::new();
+    for (item, _, new_media) in planned {
+        if *new_media && !paths.insert(item.claim.path.clone()) {
+            return Err(second_media_at(&item.claim.path, None));
+        }
+    }
+    if paths.is_empty() {
+        return Ok(());
+    }
+    let values: Vec<Cell> = paths.into_iter().map(Cell::Text).collect();
+    let found = tx.find_rows_in(&MEDIA_TABLE, "path", &values).await?;
+    match found.into_iter().find_map(|row| match row {
+        Row::Media(item) => Some(item),
+        _ => None,
+    }) {
+        Some(item) => Err(second_media_at(&item.path, Some(item.media_id))),
+        None => Ok(()),
+    }
+}
+
+fn second_media_at(path: &str, existing: Option<MediaId>) -> EngineError {
+    let held = existing.map_or_else(
+        || "twice in one registration".to_string(),
+        |id| format!("already as {id}"),
+    );
+    EngineError::Domain(opledger_domain::DomainError::Conflict(format!(
+        "a media item for {} is registered {held}: the media registry holds one item per ingested path",
+        opledger_domain::quoted(path)
+    )))
 }

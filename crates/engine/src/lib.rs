@@ -58,8 +58,8 @@ pub use review_bulk::{BulkResolution, ReviewFilter, SkippedEntry};
 pub use startup::{MaintenanceReport, ProjectionReadiness, Readiness, StartupReport};
 pub use tx::CommandContext;
 pub use work::{
-    ClaimRequest, HeartbeatOutcome, OutcomeReport, Progress, RecoveryHook, RecoveryReport, RequestOutcome, TaskClaim,
-    TaskOutcome, TaskRequest, TaskTarget, TaskView, MAX_CLAIM_BATCH,
+    ClaimRequest, HeartbeatOutcome, OutcomeReport, Progress, RecoveryHook, RecoveryReport, RequestOutcome,
+    RunningWhenGone, TaskClaim, TaskOutcome, TaskRequest, TaskTarget, TaskView, MAX_CLAIM_BATCH,
 };
 
 use opledger_store::Store;

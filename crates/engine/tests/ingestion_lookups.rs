@@ -5,8 +5,11 @@
 
 use opledger_domain::events::OperationTarget;
 use opledger_domain::projections::{MediaRow, OperationRow, Row, INGESTION_FILE, MEDIA_TABLE, OPERATIONS_TABLE};
+use opledger_domain::DomainError;
 use opledger_domain::{OperationStatus, Timestamp};
-use opledger_engine::{CommandContext, Engine, FileObservation, FixedClock, NewOperation, SequentialIds};
+use opledger_engine::{
+    CommandContext, Engine, EngineError, FileObservation, FixedClock, NewOperation, Registration, SequentialIds,
+};
 use opledger_store::Store;
 use opledger_testkit::{backend_tests, Backend};
 use serde_json::json;
@@ -217,3 +220,87 @@ async fn lookups_by_path_equal_a_full_read_of_ingestions_and_media<B: Backend>(b
 }
 
 backend_tests!(lookups_by_path_equal_a_full_read_of_ingestions_and_media);
+
+fn registration(claim: &opledger_engine::IngestionClaim) -> Registration {
+    Registration {
+        claim: claim.clone(),
+        content_digest: format!("sha256:{}", "ab".repeat(32)),
+        byte_size: 1,
+        media_kind: "image".into(),
+        parsed: json!({}),
+        observed: None,
+    }
+}
+
+/// The ingest's registration never makes a second media item for a path:
+/// two registrations of one path in one command are refused whole, with
+/// nothing appended, and two processes registering one path at once (each
+/// having read that no item exists) end with one item, the later one
+/// either refused inside its write or updating the first's item.
+async fn registering_ingested_files_never_makes_a_second_media_item_for_one_path<B: Backend>(backend: &B) {
+    let context = CommandContext::actor("test");
+    let (first, _) = Engine::open(backend.open().await).await.unwrap();
+    let (second, _) = Engine::open(backend.open().await).await.unwrap();
+
+    let claims = first
+        .begin_ingestions(
+            &context,
+            "ingest-a",
+            60_000,
+            vec![file("/photos/twice.png", 1), file("/photos/twice.png", 2)],
+            Vec::new(),
+        )
+        .await
+        .unwrap();
+    let head = first.store().head().await.unwrap();
+    let refused = first
+        .register_ingestions(&context, claims.iter().map(registration).collect(), &[])
+        .await
+        .expect_err("two new items for one path in one registration");
+    assert!(
+        matches!(&refused, EngineError::Domain(DomainError::Conflict(message)) if message.contains("/photos/twice.png")),
+        "{refused}"
+    );
+    assert_eq!(first.store().head().await.unwrap(), head, "nothing appended");
+
+    for round in 0..8 {
+        let path = format!("/photos/race-{round}.png");
+        let mine = first
+            .begin_ingestions(&context, "ingest-a", 60_000, vec![file(&path, 1)], Vec::new())
+            .await
+            .unwrap();
+        let theirs = second
+            .begin_ingestions(&context, "ingest-b", 60_000, vec![file(&path, 1)], Vec::new())
+            .await
+            .unwrap();
+        let (a, b) = tokio::join!(
+            first.register_ingestions(&context, vec![registration(&mine[0])], &[]),
+            second.register_ingestions(&context, vec![registration(&theirs[0])], &[]),
+        );
+        for outcome in [a, b] {
+            if let Err(error) = outcome {
+                assert!(
+                    matches!(&error, EngineError::Domain(DomainError::Conflict(message)) if message.contains("already as")),
+                    "only a second item is refused: {error}"
+                );
+            }
+        }
+        let items = first.media_by_path(std::slice::from_ref(&path)).await.unwrap();
+        assert_eq!(items.len(), 1);
+        let all = first
+            .store()
+            .scan_table(&MEDIA_TABLE)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|row| matches!(row, Row::Media(item) if item.path == path))
+            .count();
+        assert_eq!(all, 1, "round {round}: one media item at {path}");
+    }
+    assert!(first.verify().await.unwrap().is_identical());
+}
+
+backend_tests!(
+    worker_threads = 2;
+    registering_ingested_files_never_makes_a_second_media_item_for_one_path
+);

@@ -37,7 +37,7 @@ pub(crate) struct Begun {
 /// settled at once as skipped) when the run has anything to do.
 pub(crate) async fn begin<S: Store>(
     engine: &Engine<S>,
-    run: &Run,
+    run: &Run<S>,
     batch_name: Option<&str>,
     classified: Classified,
 ) -> Result<Begun, IngestError> {

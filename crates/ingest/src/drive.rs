@@ -5,6 +5,7 @@
 
 use crate::discover::observe;
 use crate::finish::{finish_settled, SETTLE_WINDOW};
+use crate::patience::patiently;
 use crate::pipeline::CHUNK;
 use crate::workers::KnownPaths;
 use crate::{IngestError, IngestProgress, StopSignal, INGEST_TASK_KINDS};
@@ -18,6 +19,7 @@ use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+use tokio::sync::watch;
 
 /// Files registered before the first tasks are requested: few, so the image
 /// threads start on tasks while the next, larger chunks are read.
@@ -28,6 +30,8 @@ const FIRST_CHUNK: usize = 32;
 pub(crate) struct FileReading {
     pub settler: Settler,
     pub compute: ComputeThreads,
+    /// How long a write may fail on storage trouble (see `patience`).
+    pub give_up_after: Duration,
 }
 
 /// A file of this run that is being processed.
@@ -82,6 +86,7 @@ pub(crate) async fn drive<S: Store>(
     progress: &dyn IngestProgress,
     known_paths: &KnownPaths,
     stop: &StopSignal,
+    mut workers_ended: watch::Receiver<bool>,
 ) -> Result<Driven, IngestError> {
     let sorted = sort_claims(claims, &reading.settler).await;
     let mut files = Files {
@@ -114,6 +119,12 @@ pub(crate) async fn drive<S: Store>(
     // Resumed files registered by a run that died: find their tasks.
     files.register(sorted.registered, Readiness::Settled).await?;
     while !files.in_flight.is_empty() && !stop.is_requested() {
+        if *workers_ended.borrow() {
+            // The workers gave up (storage trouble): no task will settle.
+            // The files in flight are left to the next run; the workers'
+            // error is the run's answer.
+            break;
+        }
         files.finish_settled().await?;
         progress.settled(files.tally.settled, files.tally.failed);
         if !files.in_flight.is_empty() {
@@ -127,6 +138,7 @@ pub(crate) async fn drive<S: Store>(
             tokio::select! {
                 () = tokio::time::sleep(Duration::from_millis(poll)) => {}
                 () = stop.requested() => {}
+                _ = workers_ended.changed() => {}
             }
         }
     }
@@ -207,9 +219,10 @@ impl<S: Store> Files<'_, S> {
         if readiness == Readiness::BeingWritten {
             // The stage a file waits in while it is still being written.
             let claims: Vec<IngestionClaim> = files.iter().map(|file| file.claim.clone()).collect();
-            engine
-                .ingestion_stage(context, &claims, IngestionStage::Settling)
-                .await?;
+            patiently(self.reading.give_up_after, "record files settling", || {
+                engine.ingestion_stage(context, &claims, IngestionStage::Settling)
+            })
+            .await?;
         }
         let read = read_files(files, self.reading, readiness, self.stop).await;
         let mut registrations = Vec::new();
@@ -237,18 +250,27 @@ impl<S: Store> Files<'_, S> {
                 Reading::Stopped => self.unread.push(file.claim),
             }
         }
+        let patience = self.reading.give_up_after;
         if !hashed.is_empty() {
-            engine
-                .ingestion_stage(context, &hashed, IngestionStage::Hashing)
-                .await?;
+            patiently(patience, "record files hashing", || {
+                engine.ingestion_stage(context, &hashed, IngestionStage::Hashing)
+            })
+            .await?;
         }
         self.tally.settled += unreadable.len();
         self.tally.failed += unreadable.len();
         if !unreadable.is_empty() {
-            engine.finish_ingestions(context, unreadable).await?;
+            patiently(patience, "finish unreadable files", || {
+                engine.finish_ingestions(context, unreadable.clone())
+            })
+            .await?;
         }
         for chunk in chunks(registrations, CHUNK) {
-            for outcome in engine.register_ingestions(context, chunk, INGEST_TASK_KINDS).await? {
+            let registered = patiently(patience, "register files", || {
+                engine.register_ingestions(context, chunk.clone(), INGEST_TASK_KINDS)
+            })
+            .await?;
+            for outcome in registered {
                 self.tally.tasks_created += outcome.tasks_created;
                 if let Some(mut file) = by_operation.remove(&outcome.operation_id) {
                     file.media_id = Some(outcome.media_id);
@@ -265,7 +287,13 @@ impl<S: Store> Files<'_, S> {
 
     /// Finishes the files in flight whose tasks have all settled, counted.
     async fn finish_settled(&mut self) -> Result<(), IngestError> {
-        let finished = finish_settled(self.engine, self.context, &mut self.in_flight).await?;
+        let finished = finish_settled(
+            self.engine,
+            self.context,
+            &mut self.in_flight,
+            self.reading.give_up_after,
+        )
+        .await?;
         self.tally.settled += finished.done;
         self.tally.failed += finished.failed;
         Ok(())

@@ -28,6 +28,7 @@ pub(crate) async fn finish_settled<S: Store>(
     engine: &Engine<S>,
     context: &CommandContext,
     in_flight: &mut Vec<InFlight>,
+    give_up_after: std::time::Duration,
 ) -> Result<Finished, IngestError> {
     if in_flight.is_empty() {
         return Ok(Finished { done: 0, failed: 0 });
@@ -73,7 +74,10 @@ pub(crate) async fn finish_settled<S: Store>(
     *in_flight = still_running;
     let done = finished.len();
     for chunk in chunks(finished, CHUNK) {
-        engine.finish_ingestions(context, chunk).await?;
+        crate::patience::patiently(give_up_after, "finish files", || {
+            engine.finish_ingestions(context, chunk.clone())
+        })
+        .await?;
     }
     Ok(Finished { done, failed })
 }

@@ -16,12 +16,13 @@
 //! modification time is unchanged, and gets no operation and runs no task.
 //! A changed file gets a new ingestion; its tasks get new revisions from the
 //! new digest. A file gone from disk is recorded (`missing_confirmed`).
-//! Crash-resume: one ingest runs at a time per database (a lock file), so an
-//! ingestion found claimed is one whose process died: it is interrupted
-//! (on its timeline) and taken over. The lock file records the runs that
-//! hold it until they have released their claims, so the next run knows a
-//! killed run's task claims are dead and interrupts them at once instead
-//! of waiting for their leases to expire.
+//! Crash-resume: one ingest runs at a time per ledger (the ledger's own
+//! lock, whatever path or folder reaches it), so an ingestion found claimed
+//! is one whose process died: it is interrupted (on its timeline) and taken
+//! over. Every run claims under a name of its own (`ingest-<run id>`), so
+//! the next run knows every task claim held under another run's name is
+//! dead and interrupts it at once instead of waiting for its lease to
+//! expire.
 //!
 //! Stopping early ([`StopSignal`], what the command line's SIGINT and
 //! SIGTERM ask for): the run stops reading files and claiming tasks, lets
@@ -39,12 +40,13 @@ mod drive;
 mod finish;
 mod lock;
 mod options;
+mod patience;
 mod pipeline;
 mod review;
 mod summary;
 mod workers;
 
-pub use lock::IngestLock;
+pub use lock::{is_run_worker, run_worker, IngestLock, INGEST_LOCK};
 pub use options::{IngestOptions, IngestProgress, NoProgress, StopLevel, StopSignal};
 pub use pipeline::ingest;
 pub use summary::{IngestError, IngestSummary, Interrupted, ReviewEntry, SkippedFile};

@@ -1,84 +1,124 @@
-//! One ingest at a time per database: an exclusive lock on a file beside
-//! it, held for the run and released by the operating system when the
-//! process ends, however it ends. Holding it is what lets a run treat
-//! ingestions claimed by an earlier run as dead.
+//! One ingest at a time per ledger: the ledger's own `ingest` lock
+//! ([`opledger_store::Store::lock_ledger`]: on SQLite a lock file beside
+//! the database's real file, whatever path reached it; on PostgreSQL a
+//! session advisory lock of the database, whatever folder the command runs
+//! in), held for the run and released however the process ends. Holding it
+//! is what lets a run treat the claims of every other ingest run as dead.
 //!
-//! The file also records who holds it: the worker name of each run that
-//! took it and has not yet released what it held (one per line). A run
-//! that takes the lock reads the names left there; those runs ended
-//! without releasing their claims (killed), so it releases their task
-//! claims at once instead of waiting for their leases to expire, then
-//! records itself. A run that ends, normally or stopped, clears the record
-//! once its claims are released.
+//! Which runs died holding claims needs no record of its own: every run
+//! acts under a worker name of the form `ingest-<run id>`
+//! ([`run_worker`]), and while a run holds the lock no other run is alive,
+//! so every claim the ledger shows held by another such name belongs to a
+//! run that ended without releasing it (killed). The run releases those
+//! claims at once instead of waiting for their leases to expire.
+//!
+//! What a run was doing when it died is in its flight record
+//! (`opledger_worker::FlightRecord`, `.<worker>.running` in the thumbnails
+//! folder): the claims its image threads were running. Only those are
+//! counted as interrupted (one of them may have killed it); its other
+//! claims were only waiting and are given back without counting, so a
+//! file that crashes the process is quarantined alone, not with the tasks
+//! claimed beside it.
 
-use std::fs::{File, OpenOptions, TryLockError};
-use std::io::{self, Read, Seek, SeekFrom, Write};
+use opledger_engine::{Engine, RunningWhenGone};
+use opledger_store::{LedgerLock, Store, StoreError};
+use opledger_worker::FlightRecord;
 use std::path::{Path, PathBuf};
 
-/// The most of the record a run reads (a few hundred names).
-const RECORD_LIMIT: u64 = 64 * 1024;
+/// The name of the ledger lock an ingest holds.
+pub const INGEST_LOCK: &str = "ingest";
 
 /// The held lock; dropping it releases it.
-#[derive(Debug)]
-pub struct IngestLock {
-    file: File,
-    pub path: PathBuf,
-    /// Runs that held the lock before and did not release their claims.
-    previous: Vec<String>,
+pub struct IngestLock<S: Store> {
+    lock: S::Lock,
 }
 
-impl IngestLock {
-    /// Takes the lock at `path`, waiting for another ingest to finish
-    /// (`on_wait` is called once if it has to wait), and reads who held
-    /// it without releasing their claims.
-    pub fn acquire(path: &Path, on_wait: impl FnOnce()) -> io::Result<IngestLock> {
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .read(true)
-            .write(true)
-            .open(path)?;
-        match file.try_lock() {
-            Ok(()) => {}
-            Err(TryLockError::WouldBlock) => {
+impl<S: Store> IngestLock<S> {
+    /// Takes the ledger's ingest lock, waiting for another ingest to finish
+    /// (`on_wait` is called once if it has to wait).
+    pub async fn acquire(engine: &Engine<S>, on_wait: impl FnOnce()) -> Result<IngestLock<S>, StoreError> {
+        let lock = match engine.store().try_lock_ledger(INGEST_LOCK).await? {
+            Some(lock) => lock,
+            None => {
                 on_wait();
-                file.lock()?;
+                engine.store().lock_ledger(INGEST_LOCK).await?
             }
-            Err(TryLockError::Error(error)) => return Err(error),
-        }
-        let mut text = String::new();
-        // A record that is not text (written by something else) names nobody.
-        let _ = (&file).take(RECORD_LIMIT).read_to_string(&mut text);
-        let previous = text
-            .lines()
-            .map(str::trim)
-            .filter(|name| !name.is_empty() && name.len() <= 200)
-            .map(str::to_string)
-            .collect();
-        Ok(IngestLock {
-            file,
-            path: path.to_path_buf(),
-            previous,
-        })
+        };
+        Ok(IngestLock { lock })
     }
 
-    /// The worker names of runs that held the lock and ended without
-    /// releasing their claims: dead, since this run holds the lock now.
-    pub fn previous_holders(&self) -> &[String] {
-        &self.previous
+    /// What is locked, for messages.
+    pub fn describe(&self) -> String {
+        self.lock.describe()
     }
 
-    /// Records `holders` as the runs whose claims are not released yet
-    /// (durably, so a run killed next is known to the one after it).
-    pub fn record(&mut self, holders: &[String]) -> io::Result<()> {
-        let mut text = String::new();
-        for holder in holders {
-            text.push_str(holder);
-            text.push('\n');
+    /// The lock's file, if it is one (the walk leaves it alone).
+    pub fn file(&self) -> Option<&Path> {
+        self.lock.file()
+    }
+}
+
+/// The worker name of the ingest run whose id is `run` (32 hex digits, a
+/// UUID's simple form): its ingestions and image tasks are claimed under it.
+pub fn run_worker(run: &str) -> String {
+    format!("ingest-{run}")
+}
+
+/// Whether `worker` is the name of an ingest run ([`run_worker`]).
+pub fn is_run_worker(worker: &str) -> bool {
+    worker
+        .strip_prefix("ingest-")
+        .is_some_and(|id| id.len() == 32 && id.bytes().all(|byte| matches!(byte, b'0'..=b'9' | b'a'..=b'f')))
+}
+
+/// The flight record of the run acting as `worker`, in `dir`.
+pub(crate) fn flight_record_path(dir: &Path, worker: &str) -> PathBuf {
+    dir.join(format!(".{worker}.running"))
+}
+
+/// The flight records ingest runs left in `dir`: what each was running
+/// when it ended, and the files.
+pub(crate) fn left_flight_records(dir: &Path) -> (RunningWhenGone, Vec<PathBuf>) {
+    let mut running = RunningWhenGone::new();
+    let mut files = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return (running, files);
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(worker) = name
+            .to_str()
+            .and_then(|name| name.strip_prefix('.'))
+            .and_then(|name| name.strip_suffix(".running"))
+            .filter(|worker| is_run_worker(worker))
+        else {
+            continue;
+        };
+        // A record that cannot be read is no record: that run's claims
+        // count as interrupted.
+        if let Ok(tokens) = FlightRecord::read(&entry.path()) {
+            running.insert(worker.to_string(), tokens);
         }
-        self.file.set_len(0)?;
-        self.file.seek(SeekFrom::Start(0))?;
-        self.file.write_all(text.as_bytes())?;
-        self.file.sync_data()
+        files.push(entry.path());
+    }
+    (running, files)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_names_of_ingest_runs_are_run_workers() {
+        assert!(is_run_worker(&run_worker("0123456789abcdef0123456789abcdef")));
+        for other in [
+            "ingest-",
+            "ingest-worker",
+            "worker-0123456789abcdef0123456789abcdef",
+            "ingest-0123456789ABCDEF0123456789ABCDEF",
+            "ingest-0123456789abcdef0123456789abcdef0",
+        ] {
+            assert!(!is_run_worker(other), "{other}");
+        }
     }
 }

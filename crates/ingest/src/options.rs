@@ -16,8 +16,6 @@ pub struct IngestOptions {
     pub workers: usize,
     /// Where thumbnails are written (`<revision>.png`).
     pub thumbnails_dir: PathBuf,
-    /// The lock file that keeps ingests of one database one at a time.
-    pub lock_path: PathBuf,
     /// Paths never ingested (the database and its companion files): any
     /// file at or under one of them is left alone.
     pub exclude: Vec<PathBuf>,
@@ -33,21 +31,26 @@ pub struct IngestOptions {
     pub stop_grace: Duration,
     /// Asks the run to stop early (see [`StopSignal`]).
     pub stop: StopSignal,
+    /// How long the image workers' claims may fail on storage trouble (a
+    /// full disk, an unreachable server) in a row, backing off, before the
+    /// run stops with that error; what it held is taken over by the next
+    /// run.
+    pub give_up_after: Duration,
 }
 
 impl IngestOptions {
-    pub fn new(root: impl Into<PathBuf>, thumbnails_dir: impl Into<PathBuf>, lock_path: impl Into<PathBuf>) -> Self {
+    pub fn new(root: impl Into<PathBuf>, thumbnails_dir: impl Into<PathBuf>) -> Self {
         IngestOptions {
             root: root.into(),
             batch_name: None,
             workers: std::thread::available_parallelism().map_or(2, usize::from),
             thumbnails_dir: thumbnails_dir.into(),
-            lock_path: lock_path.into(),
             exclude: Vec::new(),
             settle_quiet: Duration::from_millis(500),
             lease: Duration::from_secs(10),
             stop_grace: Duration::from_secs(5),
             stop: StopSignal::new(),
+            give_up_after: Duration::from_secs(60),
         }
     }
 }

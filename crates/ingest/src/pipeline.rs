@@ -8,7 +8,7 @@ use crate::begin::begin;
 use crate::discover::{classify, walk};
 use crate::drive::{drive, FileReading};
 use crate::finish::finish_settled;
-use crate::lock::IngestLock;
+use crate::lock::{flight_record_path, is_run_worker, left_flight_records, run_worker, IngestLock};
 use crate::review::review_entries;
 use crate::workers::ImageWorkers;
 use crate::{IngestError, IngestOptions, IngestProgress, IngestSummary, Interrupted};
@@ -16,7 +16,7 @@ use opledger_engine::{CommandContext, Engine, IngestionClaim};
 use opledger_media::Settler;
 use opledger_store::Store;
 use std::collections::BTreeSet;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -48,7 +48,7 @@ pub async fn ingest<S: Store>(
 ) -> Result<IngestSummary, IngestError> {
     let started = Instant::now();
     let stop = options.stop.clone();
-    let mut run = Run::prepare(&engine, &options)?;
+    let run = Run::prepare(&engine, &options).await?;
 
     // 0. The kinds this pipeline runs, declared (an unchanged declaration
     // appends nothing).
@@ -66,30 +66,27 @@ pub async fn ingest<S: Store>(
     );
     tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, files, "walked");
     // The task claims of earlier runs that ended without releasing them
-    // (killed) are dead: this run holds the lock now. Released at once, so
-    // their tasks do not wait for their leases to expire.
-    let dead: BTreeSet<String> = run
-        .lock
-        .previous_holders()
-        .iter()
-        .cloned()
-        .chain(classified.dead_workers.iter().cloned())
-        .filter(|worker| *worker != run.worker)
-        .collect();
-    if !dead.is_empty() {
-        let dead: Vec<String> = dead.into_iter().collect();
-        let released = engine
-            .release_claims_of(
-                &run.context,
-                &dead,
-                "the ingest run holding it ended without releasing it",
-            )
-            .await?;
-        tracing::info!(runs = ?dead, ?released, "released the claims of ingest runs that died");
+    // (killed) are dead: this run holds the ledger's ingest lock now, so
+    // no other ingest run is alive. Released at once, so their tasks do
+    // not wait for their leases to expire.
+    // Their flight records say which claims they were running.
+    let dead: BTreeSet<String> = classified.dead_workers.iter().cloned().collect();
+    let me = run.worker.clone();
+    let (running, records) = left_flight_records(&options.thumbnails_dir);
+    let released = engine
+        .release_claims_where(
+            &run.context,
+            move |worker| worker != me && (is_run_worker(worker) || dead.contains(worker)),
+            "the ingest run holding it ended without releasing it",
+            running,
+        )
+        .await?;
+    if released.interrupted + released.released > 0 {
+        tracing::info!(?released, "released the claims of ingest runs that died");
     }
-    run.lock
-        .record(std::slice::from_ref(&run.worker))
-        .map_err(|error| IngestError::Io(format!("recording the ingest in {}: {error}", run.lock.path.display())))?;
+    for record in records {
+        let _ = std::fs::remove_file(record);
+    }
     progress.started(files, unchanged);
 
     let summary = |batch_id, operations_created, failed, missing, unreadable_folders, tasks_run| IngestSummary {
@@ -111,7 +108,6 @@ pub async fn ingest<S: Store>(
     };
     if let Some(by) = stop.requested_by() {
         // Asked to stop before anything began: nothing is held.
-        run.clear_record()?;
         progress.finished();
         let mut summary = summary(None, 0, 0, 0, 0, 0);
         summary.interrupted = Some(Interrupted {
@@ -137,8 +133,10 @@ pub async fn ingest<S: Store>(
     let reading = FileReading {
         settler: Settler::new(options.settle_quiet).with_poll(options.settle_quiet / 5),
         compute: workers.compute.clone(),
+        give_up_after: options.give_up_after,
     };
     let known_paths = workers.known_paths.clone();
+    let workers_ended = workers.ended.clone();
     let driven = drive(
         &engine,
         &run.context,
@@ -148,6 +146,7 @@ pub async fn ingest<S: Store>(
         progress.as_ref(),
         &known_paths,
         &stop,
+        workers_ended,
     )
     .await;
     let stopping = driven
@@ -169,7 +168,7 @@ pub async fn ingest<S: Store>(
     // release the rest for the next run.
     let mut interrupted = None;
     if stopping {
-        let finished = finish_settled(&engine, &run.context, &mut driven.in_flight).await?;
+        let finished = finish_settled(&engine, &run.context, &mut driven.in_flight, options.give_up_after).await?;
         driven.tally.settled += finished.done;
         driven.tally.failed += finished.failed;
         let by = stop.requested_by().unwrap_or_else(|| "a stop request".into());
@@ -198,7 +197,9 @@ pub async fn ingest<S: Store>(
             tasks_interrupted,
         });
     }
-    run.clear_record()?;
+    // Everything this run held is finished or released: its flight record
+    // has nothing more to tell.
+    let _ = std::fs::remove_file(flight_record_path(&options.thumbnails_dir, &run.worker));
 
     // 6. What needs a person, among this folder's files.
     let review_entries = review_entries(&engine, &run.root).await?;
@@ -219,7 +220,7 @@ pub async fn ingest<S: Store>(
 
 /// What a run holds from its start to its end: the folder, the lock, and
 /// the name it acts under in the ledger.
-pub(crate) struct Run {
+pub(crate) struct Run<S: Store> {
     /// The folder, canonical.
     pub root: PathBuf,
     /// Paths the walk leaves alone (canonical where they exist).
@@ -227,13 +228,14 @@ pub(crate) struct Run {
     /// The worker name of this run's ingestions and image workers.
     pub worker: String,
     pub context: CommandContext,
-    lock: IngestLock,
+    /// Held for the whole run; dropped with it.
+    _lock: IngestLock<S>,
 }
 
-impl Run {
+impl<S: Store> Run<S> {
     /// Checks the folder, takes the ingest lock (waiting for another
     /// ingest of the database to end), and clears what a killed run left.
-    fn prepare<S: Store>(engine: &Engine<S>, options: &IngestOptions) -> Result<Run, IngestError> {
+    async fn prepare(engine: &Engine<S>, options: &IngestOptions) -> Result<Run<S>, IngestError> {
         let root = std::fs::canonicalize(&options.root)
             .map_err(|error| IngestError::Io(format!("cannot read folder {}: {error}", options.root.display())))?;
         if !root.is_dir() {
@@ -241,10 +243,12 @@ impl Run {
         }
         std::fs::create_dir_all(&options.thumbnails_dir)
             .map_err(|error| IngestError::Io(format!("cannot create {}: {error}", options.thumbnails_dir.display())))?;
-        let lock = IngestLock::acquire(&options.lock_path, || {
-            tracing::warn!("another ingest holds {}; waiting for it", options.lock_path.display())
+        let lock = IngestLock::acquire(engine, || {
+            tracing::warn!("another ingest of this ledger runs; waiting for it")
         })
-        .map_err(|error| IngestError::Io(format!("locking {}: {error}", options.lock_path.display())))?;
+        .await
+        .map_err(|error| IngestError::Engine(error.into()))?;
+        tracing::debug!(lock = %lock.describe(), "holding the ingest lock");
         // With the lock held no other ingest runs, so every temporary
         // thumbnail in the folder is one a killed run left between writing
         // it and renaming it into place: its claim is dead, and the task
@@ -255,26 +259,18 @@ impl Run {
             tracing::info!(abandoned, "removed temporary thumbnails a killed run left behind");
         }
         let run = engine.ids().next();
-        let worker = format!("ingest-{}", run.simple());
+        let worker = run_worker(&run.simple().to_string());
         let context = CommandContext::actor(worker.clone()).with_correlation(format!("ingest-{run}"));
-        let canonical = |path: &PathBuf| std::fs::canonicalize(path).unwrap_or_else(|_| path.clone());
-        let mut exclude: Vec<PathBuf> = options.exclude.iter().map(canonical).collect();
+        let canonical = |path: &Path| std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+        let mut exclude: Vec<PathBuf> = options.exclude.iter().map(|path| canonical(path)).collect();
         exclude.push(canonical(&options.thumbnails_dir));
-        exclude.push(canonical(&options.lock_path));
+        exclude.extend(lock.file().map(canonical));
         Ok(Run {
             root,
             exclude,
             worker,
             context,
-            lock,
+            _lock: lock,
         })
-    }
-
-    /// Records that this run holds nothing any more (its claims are
-    /// released or finished).
-    fn clear_record(&mut self) -> Result<(), IngestError> {
-        self.lock
-            .record(&[])
-            .map_err(|error| IngestError::Io(format!("recording the ingest in {}: {error}", self.lock.path.display())))
     }
 }

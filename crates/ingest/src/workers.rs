@@ -7,13 +7,13 @@ use opledger_domain::MediaId;
 use opledger_engine::Engine;
 use opledger_media::{resolver_fn, ExecutionCounter, MetadataTask, PerceptualHashTask, ThumbnailTask};
 use opledger_store::Store;
-use opledger_worker::{ComputeThreads, PoolError, PoolReport, TaskError, WorkerPool};
+use opledger_worker::{ComputeThreads, FlightRecord, PoolError, PoolReport, TaskError, WorkerPool};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
 /// Claims the pool holds per image worker: enough that the compute threads
@@ -32,6 +32,9 @@ pub(crate) struct ImageWorkers {
     /// them: a task finds its file without a read of the registry. Media
     /// this run did not register (a resumed run's) are looked up.
     pub known_paths: KnownPaths,
+    /// Turns true when the pool has ended on its own (it gave up on
+    /// storage trouble): the run stops and answers with its error.
+    pub ended: watch::Receiver<bool>,
     executions: ExecutionCounter,
     stop: oneshot::Sender<()>,
     running: JoinHandle<Result<PoolReport, PoolError>>,
@@ -78,7 +81,12 @@ impl ImageWorkers {
         // claims, so a task's two durable commits (claim, completion)
         // overlap other tasks' work and group-commit with theirs instead of
         // leaving the CPU idle while the disk syncs.
-        let compute = ComputeThreads::new(options.workers, "opledger-image")
+        // What the threads run is recorded, so the run after a crash knows
+        // which claims were running and which only waited.
+        let record_path = crate::lock::flight_record_path(&options.thumbnails_dir, worker);
+        let record = FlightRecord::create(&record_path)
+            .map_err(|error| IngestError::Io(format!("creating {}: {error}", record_path.display())))?;
+        let compute = ComputeThreads::recording(options.workers, "opledger-image", Some(Arc::new(record)))
             .map_err(|error| IngestError::Io(format!("starting the image threads: {error}")))?;
         let slots = (options.workers.max(1) * CLAIMS_PER_WORKER).min(MAX_SLOTS);
         let pool = WorkerPool::builder(engine.clone(), worker.to_string())
@@ -102,17 +110,23 @@ impl ImageWorkers {
             .heartbeat_interval(options.lease / 4)
             .recovery_interval(Duration::from_secs(1))
             .idle_poll(Duration::from_millis(50))
+            .give_up_after(options.give_up_after)
             .build()?;
         let (stop, stopped) = oneshot::channel::<()>();
+        let (end, ended) = watch::channel(false);
         let running = tokio::spawn(async move {
-            pool.run_until(async move {
-                let _ = stopped.await;
-            })
-            .await
+            let report = pool
+                .run_until(async move {
+                    let _ = stopped.await;
+                })
+                .await;
+            let _ = end.send(true);
+            report
         });
         Ok(ImageWorkers {
             compute,
             known_paths,
+            ended,
             executions,
             stop,
             running,

@@ -15,13 +15,14 @@
 //! through the harness, so the same checks hold every backend to the same
 //! contract.
 //! The suite is split by topic: the log (`log.rs`), group commit
-//! (`group_commit.rs`), the work protocol's queries (`work.rs`), projection
+//! (`group_commit.rs`), the ledger's locks (`lock.rs`), the work protocol's queries (`work.rs`), projection
 //! rows (`rows.rs`), paged walks (`pages.rs`) and scratch copies
 //! (`scratch.rs`).
 
 mod chain;
 mod fixtures;
 mod group_commit;
+mod lock;
 mod log;
 mod pages;
 mod rows;
@@ -31,6 +32,7 @@ mod work;
 pub use chain::*;
 pub use fixtures::registered;
 pub use group_commit::*;
+pub use lock::*;
 pub use log::*;
 pub use pages::*;
 pub use rows::*;
@@ -88,7 +90,9 @@ macro_rules! conformance_tests {
             a_walk_query_the_table_cannot_answer_is_refused,
             concurrent_appends_in_one_store_and_across_stores_chain_in_seq_order,
             an_event_without_a_chain_hash_is_refused_by_the_database,
-            the_last_integrity_check_is_recorded_and_replaced_by_the_next
+            the_last_integrity_check_is_recorded_and_replaced_by_the_next,
+            a_ledger_lock_has_one_holder_across_stores_until_it_is_dropped,
+            a_ledger_lock_name_that_is_not_a_short_word_is_refused
         );
     };
     (@each $make:expr; $($name:ident),+) => {

@@ -73,6 +73,7 @@ mod config;
 pub mod databases;
 mod ddl;
 mod error;
+mod lock;
 mod open;
 mod page;
 mod rows;
@@ -82,6 +83,7 @@ mod work;
 mod writer;
 
 pub use config::{without_password, PostgresConfig, DEFAULT_CONNECT_TIMEOUT};
+pub use lock::PostgresLock;
 pub use scratch::PostgresScratch;
 pub use tx::PostgresTx;
 
@@ -335,6 +337,7 @@ async fn analyze_if_stale(pool: &PgPool, head: i64) -> Result<(), StoreError> {
 impl Store for PostgresStore {
     type Tx = PostgresTx;
     type Scratch = PostgresScratch;
+    type Lock = PostgresLock;
 
     fn backend(&self) -> &'static str {
         "postgres"
@@ -523,6 +526,15 @@ impl Store for PostgresStore {
         } else {
             PostgresScratch::open(connection).await
         }
+    }
+
+    async fn try_lock_ledger(&self, name: &str) -> Result<Option<PostgresLock>, StoreError> {
+        // A session of its own, held for as long as the lock is.
+        lock::try_lock(self.raw_connection().await?, name).await
+    }
+
+    async fn lock_ledger(&self, name: &str) -> Result<PostgresLock, StoreError> {
+        lock::lock(self.raw_connection().await?, name).await
     }
 }
 

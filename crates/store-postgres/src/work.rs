@@ -204,7 +204,7 @@ where
     // GREATEST ignores NULL: a claim without a lease row ends with its own lease.
     let part = |table: &str| {
         format!(
-            "SELECT s.operation_id, s.claim_token, GREATEST(s.lease_expires_at, l.lease_expires_at) AS ends \
+            "SELECT s.operation_id, s.claim_token, GREATEST(s.lease_expires_at, l.lease_expires_at) AS ends, s.worker \
              FROM {table} s LEFT JOIN task_leases l ON l.claim_token = s.claim_token \
              WHERE s.claim_token IS NOT NULL AND s.lease_expires_at < $1 \
                AND (l.lease_expires_at IS NULL OR l.lease_expires_at < $1)"
@@ -231,6 +231,7 @@ where
                 operation_id: OperationId(operation_id),
                 claim_token: row.try_get(1).map_err(corrupt)?,
                 lease_expires_at: Timestamp::from_datetime(ends),
+                worker: row.try_get(3).map_err(corrupt)?,
             })
         })
         .collect()

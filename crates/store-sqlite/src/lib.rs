@@ -22,6 +22,7 @@ mod chain;
 mod config;
 mod ddl;
 mod error;
+mod lock;
 mod open;
 mod page;
 mod rows;
@@ -33,6 +34,7 @@ mod writer;
 mod writer_connection;
 
 pub use config::{SqliteConfig, Synchronous};
+pub use lock::SqliteLock;
 pub use scratch::SqliteScratch;
 pub use tx::SqliteTx;
 
@@ -334,6 +336,7 @@ async fn migrate(config: &SqliteConfig) -> Result<(), StoreError> {
 impl Store for SqliteStore {
     type Tx = SqliteTx;
     type Scratch = SqliteScratch;
+    type Lock = SqliteLock;
 
     fn backend(&self) -> &'static str {
         "sqlite"
@@ -545,6 +548,14 @@ impl Store for SqliteStore {
                 SqliteScratch::open(connection, &config.path, &std::env::temp_dir()).await
             }
         }
+    }
+
+    async fn try_lock_ledger(&self, name: &str) -> Result<Option<SqliteLock>, StoreError> {
+        lock::try_lock(&self.inner.config.path, name)
+    }
+
+    async fn lock_ledger(&self, name: &str) -> Result<SqliteLock, StoreError> {
+        lock::lock(&self.inner.config.path, name).await
     }
 }
 

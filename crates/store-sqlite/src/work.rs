@@ -160,7 +160,8 @@ where
 {
     let part = |table: &str| {
         format!(
-            "SELECT s.operation_id, s.claim_token, MAX(s.lease_expires_at, COALESCE(l.lease_expires_at, '')) AS ends \
+            "SELECT s.operation_id, s.claim_token, MAX(s.lease_expires_at, COALESCE(l.lease_expires_at, '')) AS ends, \
+             s.worker \
              FROM {table} s LEFT JOIN task_leases l ON l.claim_token = s.claim_token \
              WHERE s.claim_token IS NOT NULL AND s.lease_expires_at < ?1 \
                AND (l.lease_expires_at IS NULL OR l.lease_expires_at < ?1)"
@@ -186,6 +187,7 @@ where
                 operation_id: operation_id.parse().map_err(StoreError::corrupt)?,
                 claim_token: row.get(1),
                 lease_expires_at: Timestamp::parse(&ends).map_err(StoreError::corrupt)?,
+                worker: row.get(3),
             })
         })
         .collect()

@@ -4,7 +4,8 @@
 //! expected-version check and numbering), the projection-position check,
 //! what a page of a paged walk is (`page`), the pieces of work a
 //! group-committing writer queues, the naming of the projection tables'
-//! copies, and the log's decoding and paging.
+//! copies, the log's decoding and paging, and what a ledger's named locks
+//! are (`lock`).
 //!
 //! This crate must not know any particular database: no SQL, no driver, no
 //! SQLSTATE (`tests/architecture/sources.rs` checks that its code holds no
@@ -22,6 +23,7 @@ pub mod append;
 mod error;
 pub mod group_commit;
 pub mod ledger;
+pub mod lock;
 pub mod log;
 pub mod page;
 pub mod positions;
@@ -29,6 +31,7 @@ pub mod tables;
 mod traits;
 
 pub use error::{ErrorKind, StoreError};
+pub use lock::LedgerLock;
 pub use page::{Direction, Page, PageQuery};
 pub use traits::{
     AheadQuery, ClaimQuery, ClaimQueue, ClaimableAhead, ExpectedVersion, ExpiredClaim, Lease, ProjectionState, RowDiff,

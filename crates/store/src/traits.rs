@@ -8,6 +8,7 @@
 //! piece still succeeds or fails on its own.
 
 use crate::error::StoreError;
+use crate::lock::LedgerLock;
 use crate::page::{Page, PageQuery};
 use crate::BoxFuture;
 use futures::stream::BoxStream;
@@ -125,6 +126,8 @@ pub struct ExpiredClaim {
     pub operation_id: OperationId,
     pub claim_token: String,
     pub lease_expires_at: Timestamp,
+    /// The worker holding the claim.
+    pub worker: String,
 }
 
 /// Which processing states a batch claim may take.
@@ -373,6 +376,7 @@ pub trait ScratchTarget: RowTarget {
 pub trait Store: Clone + Send + Sync + 'static {
     type Tx: WriteTx;
     type Scratch: ScratchTarget;
+    type Lock: LedgerLock;
 
     /// `sqlite` or `postgres`.
     fn backend(&self) -> &'static str;
@@ -510,4 +514,13 @@ pub trait Store: Clone + Send + Sync + 'static {
 
     /// Opens an empty scratch copy of every projection table.
     fn open_scratch(&self) -> impl Future<Output = Result<Self::Scratch, StoreError>> + Send;
+
+    /// Takes the ledger's exclusive lock `name` (a short lowercase word) if
+    /// no one holds it, else answers `None`. The lock is the ledger's, not
+    /// the path's or URL's it was reached by (see [`crate::lock`]), and is
+    /// held until the handle is dropped or the process ends.
+    fn try_lock_ledger(&self, name: &str) -> impl Future<Output = Result<Option<Self::Lock>, StoreError>> + Send;
+
+    /// Like [`Store::try_lock_ledger`], waiting for the holder to let go.
+    fn lock_ledger(&self, name: &str) -> impl Future<Output = Result<Self::Lock, StoreError>> + Send;
 }

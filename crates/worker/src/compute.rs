@@ -12,13 +12,18 @@
 //! waiting for anybody, while the tasks whose closures are done report
 //! their outcomes beside it.
 
+use crate::flight::{current_claim, FlightRecord};
 use crate::pool::panic_message;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use thiserror::Error;
 
-type Work = Box<dyn FnOnce() + Send + 'static>;
+/// A queued closure, and the claim it runs for (when a job's task queued it).
+struct Work {
+    claim: Option<String>,
+    run: Box<dyn FnOnce() + Send + 'static>,
+}
 
 /// Why a closure handed to [`ComputeThreads::run`] gave no answer.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
@@ -49,11 +54,19 @@ impl std::fmt::Debug for ComputeThreads {
 impl ComputeThreads {
     /// Starts `threads` threads (at least one), named `<name>-<n>`.
     pub fn new(threads: usize, name: &str) -> std::io::Result<Self> {
+        Self::recording(threads, name, None)
+    }
+
+    /// Like [`ComputeThreads::new`], each thread writing the claim of the
+    /// closure it runs into its slot of `record` while it runs it (see
+    /// [`FlightRecord`]).
+    pub fn recording(threads: usize, name: &str, record: Option<Arc<FlightRecord>>) -> std::io::Result<Self> {
         let threads = threads.max(1);
         let (queue, receiver) = mpsc::channel::<Work>();
         let receiver = Arc::new(Mutex::new(receiver));
         for index in 0..threads {
             let receiver = receiver.clone();
+            let record = record.clone();
             std::thread::Builder::new()
                 .name(format!("{name}-{index}"))
                 .spawn(move || loop {
@@ -63,9 +76,14 @@ impl ComputeThreads {
                         Ok(receiver) => receiver.recv(),
                         Err(_) => return,
                     };
-                    match next {
-                        Ok(work) => work(),
-                        Err(_) => return,
+                    let Ok(work) = next else { return };
+                    match (&record, &work.claim) {
+                        (Some(record), Some(claim)) => {
+                            record.running(index, claim);
+                            (work.run)();
+                            record.idle(index);
+                        }
+                        _ => (work.run)(),
                     }
                 })?;
         }
@@ -88,11 +106,14 @@ impl ComputeThreads {
         F: FnOnce() -> T + Send + 'static,
     {
         let (answer, answered) = tokio::sync::oneshot::channel();
-        let job: Work = Box::new(move || {
-            let result =
-                catch_unwind(AssertUnwindSafe(work)).map_err(|panic| ComputeError::Panicked(panic_message(&*panic)));
-            let _ = answer.send(result);
-        });
+        let job = Work {
+            claim: current_claim(),
+            run: Box::new(move || {
+                let result = catch_unwind(AssertUnwindSafe(work))
+                    .map_err(|panic| ComputeError::Panicked(panic_message(&*panic)));
+                let _ = answer.send(result);
+            }),
+        };
         self.queue.send(job).map_err(|_| ComputeError::Gone)?;
         answered.await.map_err(|_| ComputeError::Gone)?
     }
@@ -128,6 +149,45 @@ mod tests {
             assert_eq!(waited.await.unwrap(), Ok(index * 10));
         }
         assert_eq!(most.load(Ordering::SeqCst), 2);
+    }
+
+    /// A closure queued by a job's task is in the record while it runs,
+    /// and only then; one queued outside any job is never recorded.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_record_names_the_claims_whose_closures_run_and_only_while_they_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("flight");
+        let record = Arc::new(FlightRecord::create(&path).unwrap());
+        let threads = ComputeThreads::recording(2, "test-compute", Some(record)).unwrap();
+        let (started, running) = std::sync::mpsc::channel();
+        let (finish, finishing) = std::sync::mpsc::channel::<()>();
+        let waiting = {
+            let threads = threads.clone();
+            tokio::spawn(crate::flight::CLAIM.scope("claim-1".to_string(), async move {
+                threads
+                    .run(move || {
+                        started.send(()).unwrap();
+                        finishing.recv().unwrap();
+                    })
+                    .await
+            }))
+        };
+        tokio::task::spawn_blocking(move || running.recv().unwrap())
+            .await
+            .unwrap();
+        assert_eq!(
+            FlightRecord::read(&path).unwrap(),
+            std::collections::BTreeSet::from(["claim-1".to_string()])
+        );
+        assert_eq!(threads.run(|| 1).await, Ok(1), "a closure of no job");
+        finish.send(()).unwrap();
+        waiting.await.unwrap().unwrap();
+        // The thread clears its slot right after the closure answered.
+        let started = std::time::Instant::now();
+        while !FlightRecord::read(&path).unwrap().is_empty() {
+            assert!(started.elapsed() < Duration::from_secs(5), "the slot is cleared");
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 
     #[tokio::test]

@@ -12,7 +12,9 @@
 //! table are the domain's; the runtime only says whether an error was
 //! retryable. Tasks see neither the engine nor the store: a [`Job`] is all
 //! they get (the claim, throttled progress, the cancellation signal, and
-//! fenced file outputs).
+//! fenced file outputs). Claims that fail on storage trouble back off, and
+//! a pool may be told to give up after a bound; compute threads can keep a
+//! [`FlightRecord`] of the claims they run, which outlives the process.
 //!
 //! ```no_run
 //! use opledger_worker::{Job, Outcome, Task, TaskError, WorkerPool};
@@ -44,6 +46,7 @@
 
 mod compute;
 mod files;
+mod flight;
 mod job;
 mod link;
 mod pool;
@@ -52,6 +55,7 @@ mod task;
 
 pub use compute::{ComputeError, ComputeThreads};
 pub use files::remove_abandoned_outputs;
+pub use flight::FlightRecord;
 pub use job::{Job, JobError, StopReason, StopSignal, PROGRESS_INTERVAL};
 pub use pool::{PoolError, PoolReport, WorkerPool, WorkerPoolBuilder};
 pub use task::{Outcome, Task, TaskError};

@@ -101,6 +101,19 @@ struct Settings {
     stop_grace: Duration,
     progress_interval: Duration,
     report_linger: Duration,
+    give_up_after: Option<Duration>,
+}
+
+/// The longest a pool waits between claims that failed on storage
+/// trouble: the wait doubles from the idle poll up to this.
+const MAX_CLAIM_BACKOFF: Duration = Duration::from_secs(5);
+
+/// How long a pool waits before claiming again after `failures` failed
+/// claims in a row: the idle poll, doubled per failure, at most
+/// [`MAX_CLAIM_BACKOFF`] (never below the idle poll).
+fn claim_backoff(idle_poll: Duration, failures: u32) -> Duration {
+    let doubled = idle_poll.saturating_mul(1_u32 << failures.saturating_sub(1).min(16));
+    doubled.min(MAX_CLAIM_BACKOFF.max(idle_poll))
 }
 
 /// Builds a [`WorkerPool`]; see [`WorkerPool::builder`] for the defaults.
@@ -117,6 +130,7 @@ pub struct WorkerPoolBuilder<S: Store> {
     stop_grace: Duration,
     progress_interval: Duration,
     report_linger: Duration,
+    give_up_after: Option<Duration>,
 }
 
 impl<S: Store> WorkerPoolBuilder<S> {
@@ -185,6 +199,15 @@ impl<S: Store> WorkerPoolBuilder<S> {
         self
     }
 
+    /// Stops the pool with the storage error when its claims have failed
+    /// on storage trouble (a full disk, an unreachable server) for this long
+    /// in a row, instead of trying again until shut down (the default). The
+    /// claims back off meanwhile, from the idle poll doubling up to 5 s.
+    pub fn give_up_after(mut self, limit: Duration) -> Self {
+        self.give_up_after = Some(limit);
+        self
+    }
+
     /// Checks the settings and builds the pool.
     pub fn build(self) -> Result<WorkerPool<S>, PoolError> {
         let invalid = |message: String| Err(PoolError::Config(message));
@@ -244,6 +267,7 @@ impl<S: Store> WorkerPoolBuilder<S> {
             stop_grace: self.stop_grace,
             progress_interval: self.progress_interval,
             report_linger: self.report_linger,
+            give_up_after: self.give_up_after,
         };
         Ok(WorkerPool {
             shared: Arc::new(Shared {
@@ -332,6 +356,7 @@ impl<S: Store> WorkerPool<S> {
             stop_grace: Duration::from_secs(10),
             progress_interval: PROGRESS_INTERVAL,
             report_linger: DEFAULT_REPORT_LINGER,
+            give_up_after: None,
         }
     }
 
@@ -412,6 +437,9 @@ where
     let mut stopping = false;
     let mut fatal: Option<EngineError> = None;
     let mut claim_failures: u32 = 0;
+    // While claims fail: since when, and when to try again.
+    let mut failing_since: Option<tokio::time::Instant> = None;
+    let mut next_claim = tokio::time::Instant::now();
 
     loop {
         while let Some(joined) = jobs.try_join_next_with_id() {
@@ -420,11 +448,12 @@ where
         // Claim for the free slots; go on claiming while claims come
         // back full (there may be more work than one batch).
         let mut found_nothing = false;
-        if !stopping && !free.is_empty() {
+        if !stopping && !free.is_empty() && tokio::time::Instant::now() >= next_claim {
             let limit = free.len().min(settings.batch);
             match claim(&shared, &context, limit).await {
                 Ok(claims) => {
                     claim_failures = 0;
+                    failing_since = None;
                     let got = claims.len();
                     report.claimed += got as u64;
                     for claim in claims {
@@ -440,7 +469,16 @@ where
                 }
                 Err(error) if retry_claim(&error) && claim_failures < mode.claim_retries() => {
                     claim_failures += 1;
-                    tracing::warn!(%error, claim_failures, "claim failed; trying again after the idle poll");
+                    let failing = failing_since.get_or_insert_with(tokio::time::Instant::now).elapsed();
+                    if settings.give_up_after.is_some_and(|limit| failing >= limit) {
+                        tracing::error!(%error, ?failing, "claims kept failing; the pool gives up");
+                        fatal = Some(gave_up_error(error, failing, claim_failures));
+                        stopping = true;
+                    } else {
+                        let wait = claim_backoff(settings.idle_poll, claim_failures);
+                        next_claim = tokio::time::Instant::now() + wait;
+                        tracing::warn!(%error, claim_failures, ?wait, "claim failed; trying again after a wait");
+                    }
                 }
                 Err(error) => {
                     tracing::error!(%error, "claim refused; the pool stops claiming");
@@ -473,7 +511,12 @@ where
                     Err(error) => tracing::warn!(%error, "recovery pass failed; trying again at the next one"),
                 }
             }
-            () = tokio::time::sleep(settings.idle_poll), if poll => {}
+            // After a failed claim, the backoff; else the idle poll.
+            () = tokio::time::sleep_until(if claim_failures > 0 {
+                next_claim
+            } else {
+                tokio::time::Instant::now() + settings.idle_poll
+            }), if poll => {}
         }
     }
     // Every job has reported; the reporter ends once its queue closes.
@@ -484,6 +527,22 @@ where
     match fatal {
         Some(error) => Err(PoolError::Engine(error)),
         None => Ok(report),
+    }
+}
+
+/// The error a pool that gave up stops with: the storage error, said
+/// first (a full disk reads `disk full: …`), then for how long it lasted.
+fn gave_up_error(error: EngineError, failing: Duration, claims: u32) -> EngineError {
+    match error {
+        EngineError::Store(store) => EngineError::Store(opledger_store::StoreError::new(
+            store.kind,
+            format!(
+                "{} (claims failed {claims} times over {:.0} s; stopped trying)",
+                store.message,
+                failing.as_secs_f64()
+            ),
+        )),
+        other => other,
     }
 }
 
@@ -593,7 +652,14 @@ async fn run_job<S: Store>(
         settings.progress_interval,
     );
     tracing::debug!("running");
-    let ran = run_task(task.as_ref(), &mut job, settings.stop_grace).await;
+    // The claim goes with the closures the task queues on compute threads,
+    // so a flight record names it while one of them runs.
+    let ran = crate::flight::CLAIM
+        .scope(
+            fence.claim_token.clone(),
+            run_task(task.as_ref(), &mut job, settings.stop_grace),
+        )
+        .await;
     let _ = done_tx.send(());
     if let Err(error) = heartbeat.await {
         tracing::warn!(%error, "the heartbeat loop ended abnormally");
@@ -681,6 +747,16 @@ async fn heartbeat_loop(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn claims_that_fail_back_off_doubling_from_the_idle_poll_up_to_a_cap() {
+        let poll = Duration::from_millis(50);
+        let waits: Vec<u128> = (1..=10).map(|n| claim_backoff(poll, n).as_millis()).collect();
+        assert_eq!(waits, [50, 100, 200, 400, 800, 1_600, 3_200, 5_000, 5_000, 5_000]);
+        assert_eq!(claim_backoff(poll, u32::MAX), MAX_CLAIM_BACKOFF);
+        // An idle poll longer than the cap is never shortened.
+        assert_eq!(claim_backoff(Duration::from_secs(9), 3), Duration::from_secs(9));
+    }
 
     #[test]
     fn panic_messages_are_read_from_str_and_string_payloads() {

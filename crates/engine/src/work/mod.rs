@@ -27,7 +27,7 @@ mod request;
 pub(crate) use cancel::cancel_tasks_of_removed_target;
 pub use claim::{ClaimRequest, HeartbeatOutcome, Progress, TaskClaim, MAX_CLAIM_BATCH};
 pub use read::TaskView;
-pub use recover::{RecoveryHook, RecoveryReport};
+pub use recover::{RecoveryHook, RecoveryReport, RunningWhenGone};
 pub use report::OutcomeReport;
 pub(crate) use request::request_in_tx;
 pub use request::{RequestOutcome, TaskRequest};

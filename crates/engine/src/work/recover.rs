@@ -12,12 +12,13 @@ use crate::Engine;
 use opledger_domain::events::Event;
 use opledger_domain::lease::lease_end;
 use opledger_domain::tasks::RetryPolicy;
-use opledger_domain::work;
+use opledger_domain::work::{self, ClaimOutcome, Fence};
 use opledger_domain::Timestamp;
 use opledger_store::{ExpiredClaim, Store, WriteTx};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 
 /// Claims recovery examines per transaction.
 const RECOVERY_BATCH: usize = 500;
@@ -35,7 +36,17 @@ pub struct RecoveryReport {
     /// Candidates that a worker completed, failed or extended between
     /// recovery's read and its write: left alone.
     pub skipped: u64,
+    /// Claims of a gone worker that, by its flight record, it had not
+    /// started: given back like a release (queued at once, no
+    /// interruption or attempt counted), not interrupted.
+    pub released: u64,
 }
+
+/// What gone workers' flight records say (`opledger_worker::FlightRecord`):
+/// for each worker that left one, the claim tokens it was running when it
+/// ended. A worker with no entry left no record: each of its claims counts
+/// as interrupted.
+pub type RunningWhenGone = BTreeMap<String, BTreeSet<String>>;
 
 /// Called between recovery's read of expired claims and its write; tests
 /// use it to land a completion in the gap.
@@ -78,9 +89,35 @@ impl<S: Store> Engine<S> {
         if workers.is_empty() {
             return Ok(RecoveryReport::default());
         }
+        let workers: BTreeSet<String> = workers.iter().cloned().collect();
+        self.release_claims_where(
+            context,
+            move |worker| workers.contains(worker),
+            cause,
+            RunningWhenGone::new(),
+        )
+        .await
+    }
+
+    /// [`Engine::release_claims_of`] for every worker whose name `gone`
+    /// accepts: a caller that knows a family of workers dead by their names
+    /// (the ingest, holding its ledger's lock, knows every other ingest
+    /// run's workers are). Where `running` holds a worker's flight record,
+    /// only the claims it was running are interrupted (counted against
+    /// their interruption budget, the cause saying it ended while it ran
+    /// them: one of them may be what ended it); the others, which were
+    /// only waiting, are given back as a release is, without counting.
+    pub async fn release_claims_where(
+        &self,
+        context: &CommandContext,
+        gone: impl Fn(&str) -> bool + Send + Sync + 'static,
+        cause: &str,
+        running: RunningWhenGone,
+    ) -> Result<RecoveryReport, EngineError> {
         let gone = Gone::Workers {
-            workers: workers.iter().cloned().collect(),
+            gone: Arc::new(gone),
             cause: cause.to_string(),
+            running: Arc::new(running),
         };
         // Every held claim's lease ends before the end of time: the held
         // claims are read through the same index as expired ones.
@@ -99,21 +136,36 @@ impl<S: Store> Engine<S> {
         let mut report = RecoveryReport::default();
         let mut seen: BTreeSet<String> = BTreeSet::new();
         loop {
-            let candidates: Vec<ExpiredClaim> = self
-                .store
-                .expired_claims(until, RECOVERY_BATCH)
-                .await?
+            // Claims seen and left held (another worker's, or one that
+            // moved on) are read again ahead of the rest: read past them.
+            let fetched = self.store.expired_claims(until, seen.len() + RECOVERY_BATCH).await?;
+            let fresh: Vec<ExpiredClaim> = fetched
                 .into_iter()
                 .filter(|candidate| !seen.contains(&candidate.claim_token))
                 .collect();
-            if candidates.is_empty() {
+            if fresh.is_empty() {
                 return Ok(report);
             }
-            seen.extend(candidates.iter().map(|candidate| candidate.claim_token.clone()));
+            seen.extend(fresh.iter().map(|candidate| candidate.claim_token.clone()));
+            // Claims of workers not named are not ours to judge, and are
+            // not counted.
+            let candidates: Vec<ExpiredClaim> = fresh
+                .into_iter()
+                .filter(|candidate| match gone {
+                    Gone::Expired { .. } => true,
+                    Gone::Workers { gone, .. } => gone(&candidate.worker),
+                })
+                .collect();
+            if candidates.is_empty() {
+                continue;
+            }
             if let Some(hook) = hook {
                 hook(candidates.clone()).await;
             }
             let stamp = self.stamp(context);
+            // Used by no decision here but a retryable failure's, which a
+            // release never is.
+            let now = self.clock.now();
             let gone = gone.clone();
             let batch = self
                 .command(move |tx, rows| {
@@ -128,7 +180,7 @@ impl<S: Store> Engine<S> {
                                 batch.skipped += 1;
                                 continue;
                             };
-                            let cause = match &gone {
+                            let (cause, was_waiting) = match &gone {
                                 Gone::Expired { now } => {
                                     let lease = tx.lease(&candidate.claim_token).await?;
                                     let extended = lease.map(|lease| lease.lease_expires_at);
@@ -137,15 +189,21 @@ impl<S: Store> Engine<S> {
                                         batch.skipped += 1;
                                         continue;
                                     }
-                                    format!("lease expired at {ends}")
+                                    (format!("lease expired at {ends}"), false)
                                 }
-                                Gone::Workers { workers, cause } => {
-                                    // Claims of other workers are not ours to
-                                    // judge, and are not counted.
-                                    if !state.worker.as_ref().is_some_and(|worker| workers.contains(worker)) {
+                                Gone::Workers { gone, cause, running } => {
+                                    // Claimed again meanwhile by a live
+                                    // worker: not ours to judge.
+                                    let Some(worker) = state.worker.as_deref().filter(|worker| gone(worker)) else {
                                         continue;
+                                    };
+                                    match running.get(worker) {
+                                        Some(tokens) if tokens.contains(&candidate.claim_token) => {
+                                            (format!("{cause}, while it ran this task"), false)
+                                        }
+                                        Some(_) => (format!("{cause}, before it started this task"), true),
+                                        None => (cause.clone(), false),
                                     }
-                                    cause.clone()
                                 }
                             };
                             let kinds = load_kinds(tx, rows, [state.task_kind.as_str()]).await?;
@@ -153,13 +211,28 @@ impl<S: Store> Engine<S> {
                                 .get(&state.task_kind)
                                 .and_then(|row| row.declaration.as_ref())
                                 .map_or(RetryPolicy::DEFAULT, |declaration| declaration.retry);
-                            let events = work::decide_interrupt_because(&state, &policy, &cause)?;
-                            batch.interrupted += 1;
-                            match events.last() {
-                                Some(Event::OperationRequeued(_)) => batch.requeued += 1,
-                                Some(Event::OperationCancelled(_)) => batch.cancelled += 1,
-                                _ => batch.failed += 1,
-                            }
+                            let events = if was_waiting {
+                                let fence = Fence {
+                                    claim_token: candidate.claim_token.clone(),
+                                    revision: state.claimed_revision.clone(),
+                                };
+                                let release = ClaimOutcome::Release { reason: cause };
+                                let events = work::decide_report(&state, &fence, release, &policy, now, 0)?;
+                                match events.last() {
+                                    Some(Event::OperationCancelled(_)) => batch.cancelled += 1,
+                                    _ => batch.released += 1,
+                                }
+                                events
+                            } else {
+                                let events = work::decide_interrupt_because(&state, &policy, &cause)?;
+                                batch.interrupted += 1;
+                                match events.last() {
+                                    Some(Event::OperationRequeued(_)) => batch.requeued += 1,
+                                    Some(Event::OperationCancelled(_)) => batch.cancelled += 1,
+                                    _ => batch.failed += 1,
+                                }
+                                events
+                            };
                             tx.delete_lease(&candidate.claim_token).await?;
                             let events = events.into_iter().map(|event| stamp.event(event)).collect();
                             appends.push(state_append(&state, events));
@@ -173,15 +246,24 @@ impl<S: Store> Engine<S> {
             report.cancelled += batch.cancelled;
             report.failed += batch.failed;
             report.skipped += batch.skipped;
+            report.released += batch.released;
         }
     }
 }
+
+/// Whether a worker, by its name, is gone.
+type WorkerTest = dyn Fn(&str) -> bool + Send + Sync;
 
 /// Which held claims an interrupting pass finds dead.
 #[derive(Clone)]
 enum Gone {
     /// Those whose lease (extended by heartbeats) ended before `now`.
     Expired { now: Timestamp },
-    /// Those held by one of `workers`, whatever their lease.
-    Workers { workers: BTreeSet<String>, cause: String },
+    /// Those held by a worker `gone` accepts, whatever their lease; what
+    /// the gone workers were running, where known.
+    Workers {
+        gone: Arc<WorkerTest>,
+        cause: String,
+        running: Arc<RunningWhenGone>,
+    },
 }
