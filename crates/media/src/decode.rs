@@ -185,12 +185,13 @@ pub(crate) fn decode_with_image(
     Ok((DynamicImage::from_decoder(decoder).map_err(not_an_image)?, orientation))
 }
 
-/// The bytes a decode of a PNG, GIF or WebP holds at once, from its
+/// The bytes a decode of a PNG, GIF, WebP or TIFF holds at once, from its
 /// header: the pixels and their copy ([`pixels_and_copy`]) plus the
 /// decoder's working memory, which is small for PNG (a few rows and the
 /// inflate window) and a frame for GIF (a frame smaller than the screen is
-/// read into a buffer of its own) and WebP (planes or colour-indexed
-/// pixels beside the output).
+/// read into a buffer of its own), and counted as four bytes a pixel for
+/// WebP (planes or colour-indexed pixels beside the output) and TIFF (a
+/// strip or tile decompressed before it is copied out).
 fn footprint(format: ImageFormat, decoder: &impl ImageDecoder, input: u64) -> u64 {
     let (width, height) = decoder.dimensions();
     let pixels = u64::from(width) * u64::from(height);

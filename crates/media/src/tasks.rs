@@ -21,10 +21,14 @@
 //!    the mismatch as its last error. A digest that is not SHA-256 (or is
 //!    missing) cannot be checked at all and is terminal.
 //! 4. Decode those same bytes (never the file again: what was checked is
-//!    what is decoded) through the one checked entry point,
-//!    [`crate::decode_image_with`], under the task's [`DecodeLimits`]
-//!    (`with_limits`; the defaults otherwise), and do the image work,
-//!    abandoning it if the job is told to stop.
+//!    what is decoded) into the working image, [`crate::decode_working`],
+//!    under the task's [`DecodeLimits`] (`with_limits`; the defaults
+//!    otherwise), and do the image work, abandoning it if the job is told
+//!    to stop. With a [`DecodeCache`] (`with_cache`, shared by the three
+//!    tasks as the ingest shares it), steps 3 and 4 run once per content
+//!    digest: a task whose digest was decoded by another takes that working
+//!    image without reading the file (see [`mod@crate::cache`] for why that
+//!    is the same output).
 //!
 //! Steps 3 and 4 (and writing a thumbnail's temporary file) run as one
 //! closure, on the [`ComputeThreads`] the task was given
