@@ -98,7 +98,7 @@ pub async fn photos(template: &SqliteConfig, dir: &Path, options: &Options) -> R
         floor_cpus.push(Duration::from_secs_f64(process_seconds() - cpu_before));
     }
     let _ = std::fs::remove_dir_all(&runs_dir);
-    let per_file = |seconds: f64| round3(seconds / count as f64 * 1000.0) / 1000.0;
+    let per_file = |seconds: f64| (seconds / count as f64 * 1e6).round() / 1e6;
     let wall = median(&mut walls).as_secs_f64();
     let cpu = median(&mut cpus).as_secs_f64();
     let floor_wall = median(&mut floor_walls).as_secs_f64();
@@ -218,7 +218,7 @@ fn photo(index: usize, (width, height): (u32, u32)) -> Vec<u8> {
         noise ^= noise << 13;
         noise ^= noise >> 7;
         noise ^= noise << 17;
-        let grain = |shift: u32| ((noise >> shift) & 15) as i32 - 8;
+        let grain = |shift: u32| ((noise >> shift) & 31) as i32 - 16;
         let sky = y * 200 / height;
         let mut pixel = [(40 + sky / 2) as i32, (90 + sky / 3) as i32, (230 - sky) as i32];
         for (cx, cy, radius, colour) in &shapes {
