@@ -638,6 +638,13 @@ pub struct BenchArgs {
     /// Images the ingest workload generates and ingests.
     #[arg(long, default_value_t = 1_000)]
     pub files: usize,
+    /// `ingest` only: generate this many camera-sized JPEGs instead and
+    /// measure them against the floor (read, SHA-256, one reduced-size decode).
+    #[arg(long, value_name = "N")]
+    pub photos: Option<usize>,
+    /// The size of the generated photos (`--photos`), in megapixels.
+    #[arg(long, default_value_t = 12.0)]
+    pub megapixels: f64,
     /// Queries the status and timeline workloads time.
     #[arg(long, default_value_t = 1_000)]
     pub samples: usize,
@@ -670,6 +677,8 @@ impl BenchArgs {
             claim_batch: self.claim_batch,
             dir: self.dir.clone(),
             files: self.files,
+            photos: self.photos,
+            megapixels: self.megapixels,
             samples: self.samples,
             record: self.record.clone(),
         }

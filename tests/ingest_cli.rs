@@ -398,6 +398,53 @@ async fn a_file_still_being_written_is_not_hashed_until_it_settles() {
     verify(dir.path());
 }
 
+/// `opledger bench ingest --photos` generates camera-like JPEGs (a
+/// quarter turned by their EXIF orientation), ingests every one, and
+/// reports its figures beside the decode floor of the same run.
+#[test]
+fn bench_ingest_of_photos_ingests_every_photo_and_reports_the_floor_and_the_ledger_share() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = opledger(dir.path())
+        .args([
+            "bench",
+            "ingest",
+            "--photos",
+            "4",
+            "--megapixels",
+            "0.3",
+            "--rounds",
+            "1",
+            "--json",
+        ])
+        .arg("--dir")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    let report: Value =
+        serde_json::from_slice(&output.stdout).unwrap_or_else(|error| panic!("{error}: {}", describe(&output)));
+    assert_eq!(report["mode"], "photos", "{report}");
+    assert_eq!(report["files"].as_u64(), Some(4), "{report}");
+    assert_eq!(report["tasks_run"].as_u64(), Some(12), "three tasks a photo: {report}");
+    assert_eq!(
+        (report["width"].as_u64(), report["height"].as_u64()),
+        (Some(640), Some(480))
+    );
+    for figure in [
+        "files_per_sec",
+        "floor_files_per_sec",
+        "cpu_seconds_per_file",
+        "wall_ratio_to_floor",
+    ] {
+        assert!(
+            report[figure].as_f64().is_some_and(|value| value > 0.0),
+            "{figure}: {report}"
+        );
+    }
+    let share = report["ledger_share_of_cpu"].as_f64().expect("ledger_share_of_cpu");
+    assert!((0.0..=1.0).contains(&share), "{report}");
+}
+
 /// `opledger bench ingest` measures the ledger against two floors: the
 /// image work alone, and the bare INSERTs of the events each round
 /// appended. The events are read back from the round's own log, so they

@@ -9,7 +9,10 @@ use crate::stats::{median, round3};
 use crate::{BenchError, Options};
 use opledger_engine::Engine;
 use opledger_ingest::{IngestOptions, NoProgress};
-use opledger_media::{decode_image, dhash, encode_image, generate_samples, sha256_hex, thumbnail, ThumbnailFormat};
+use opledger_media::{
+    decode_working, dhash, encode_image, generate_samples, sha256_hex, DecodeLimits, ThumbnailFormat,
+    DEFAULT_WORKING_SIDE,
+};
 use opledger_store_sqlite::SqliteConfig;
 use opledger_worker::ComputeThreads;
 use serde_json::{json, Value};
@@ -18,8 +21,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Ingests `--files` generated images with each worker count, and the same
-/// image work without the ledger (read, SHA-256 check and decode per task;
-/// thumbnail encoded and written; dHash) on as many threads: the floor.
+/// image work without the ledger (per file: the registration's read and
+/// SHA-256, then one read, SHA-256 check and working decode shared by the
+/// three tasks; thumbnail encoded and written; dHash) on as many threads:
+/// the floor.
 pub async fn ingest(template: &SqliteConfig, dir: &Path, options: &Options) -> Result<Value, BenchError> {
     // Each round writes into folders of its own, removed only when the
     // workload is done. *Why:* ext4 avoids reusing inodes freed in the last
@@ -113,7 +118,7 @@ pub async fn ingest(template: &SqliteConfig, dir: &Path, options: &Options) -> R
         "files": files.len(),
         "runs": runs,
         "cores": cores,
-        "floor": "the same image work without the ledger on as many threads (every file queued at once): per file one SHA-256 read, then per task a read, a SHA-256 check and a decode, plus the thumbnail's shrink, PNG encode and write and the dHash",
+        "floor": "the same image work without the ledger on as many threads (every file queued at once): per file one SHA-256 read, then one read, SHA-256 check and working decode shared by its three tasks, plus the thumbnail's shrink, PNG encode and write and the dHash",
         "events_floor": "the events each round appended, read back and inserted as plain multi-row INSERTs, 100 a transaction, into a table with the log's columns and stream index (no triggers, no projections, same synchronous setting); ledger_share_if_it_only_inserted_its_events is (events_floor / cores) / (image floor + events_floor / cores), given when the workers fill every core",
     }))
 }
@@ -139,28 +144,21 @@ async fn image_floor(files: &[PathBuf], thumbnails: &Path, workers: usize) -> Re
                                 source,
                             })
                         };
+                        // Registration hashes the file; the first of its
+                        // tasks reads, checks and decodes it once for all three.
                         let bytes = read(&file)?;
                         let _digest = sha256_hex(&bytes);
-                        for task in 0..3 {
-                            let bytes = read(&file)?;
-                            let _check = sha256_hex(&bytes);
-                            let decoded = decode_image(&bytes)?;
-                            match task {
-                                0 => {}
-                                1 => {
-                                    let small = thumbnail(&decoded.image, 256)?;
-                                    std::fs::write(&out, encode_image(&small, ThumbnailFormat::Png)?).map_err(
-                                        |source| BenchError::Io {
-                                            context: format!("writing {}", out.display()),
-                                            source,
-                                        },
-                                    )?;
-                                }
-                                _ => {
-                                    let _ = dhash(&decoded.image);
-                                }
+                        let bytes = read(&file)?;
+                        let _check = sha256_hex(&bytes);
+                        let working = decode_working(&bytes, &DecodeLimits::default(), DEFAULT_WORKING_SIDE)?;
+                        let small = working.thumbnail(256)?;
+                        std::fs::write(&out, encode_image(&small, ThumbnailFormat::Png)?).map_err(|source| {
+                            BenchError::Io {
+                                context: format!("writing {}", out.display()),
+                                source,
                             }
-                        }
+                        })?;
+                        let _ = dhash(&working.image);
                         Ok(())
                     })
                     .await

@@ -15,6 +15,7 @@
 //! so what it measures is what a user's code would get.
 
 mod backend;
+mod cpu;
 mod error;
 pub mod events;
 mod export;
@@ -24,6 +25,7 @@ mod ingest;
 pub mod lifecycle;
 mod listings;
 mod log;
+mod photos;
 mod queries;
 mod record;
 pub mod stats;
@@ -102,6 +104,11 @@ pub struct Options {
     pub dir: Option<PathBuf>,
     /// Images the ingest workload generates and ingests.
     pub files: usize,
+    /// With a count: the ingest workload generates that many camera-sized
+    /// JPEGs instead and measures them against the decode floor.
+    pub photos: Option<usize>,
+    /// The size of those photos.
+    pub megapixels: f64,
     /// Queries the status and timeline workloads time.
     pub samples: usize,
     /// Where to append the run's figures (`<workload>.jsonl`), if anywhere.
@@ -132,6 +139,7 @@ pub async fn run(database_url: &str, options: &Options) -> Result<Value, BenchEr
             }
         };
         match options.workload {
+            Workload::Ingest if options.photos.is_some() => photos::photos(&template, dir, options).await?,
             Workload::Ingest => ingest::ingest(&template, dir, options).await?,
             Workload::Status => queries::status(&template, dir, options).await?,
             Workload::Timeline => queries::timeline(&template, dir, options).await?,

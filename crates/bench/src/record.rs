@@ -91,10 +91,16 @@ pub fn command_line(database_url: &str, options: &Options) -> String {
             "--tasks {} --workers {workers} --claim-batch {}",
             options.tasks, options.claim_batch
         ),
-        Workload::Ingest => format!(
-            "--files {} --workers {workers} --rounds {}",
-            options.files, options.rounds
-        ),
+        Workload::Ingest => match options.photos {
+            Some(photos) => format!(
+                "--photos {photos} --megapixels {} --rounds {}",
+                options.megapixels, options.rounds
+            ),
+            None => format!(
+                "--files {} --workers {workers} --rounds {}",
+                options.files, options.rounds
+            ),
+        },
         Workload::Status | Workload::Timeline => format!("--events {} --samples {}", options.events, options.samples),
     };
     words.push(flags);
@@ -117,6 +123,8 @@ mod tests {
             claim_batch: 32,
             dir: None,
             files: 1_000,
+            photos: None,
+            megapixels: 12.0,
             samples: 1_000,
             record: None,
         }

@@ -5,7 +5,7 @@
 use crate::{IngestError, IngestOptions};
 use opledger_domain::MediaId;
 use opledger_engine::Engine;
-use opledger_media::{resolver_fn, ExecutionCounter, MetadataTask, PerceptualHashTask, ThumbnailTask};
+use opledger_media::{resolver_fn, DecodeCache, ExecutionCounter, MetadataTask, PerceptualHashTask, ThumbnailTask};
 use opledger_store::Store;
 use opledger_worker::{ComputeThreads, FlightRecord, PoolError, PoolReport, TaskError, WorkerPool};
 use std::collections::BTreeMap;
@@ -89,20 +89,27 @@ impl ImageWorkers {
         let compute = ComputeThreads::recording(options.workers, "opledger-image", Some(Arc::new(record)))
             .map_err(|error| IngestError::Io(format!("starting the image threads: {error}")))?;
         let slots = (options.workers.max(1) * CLAIMS_PER_WORKER).min(MAX_SLOTS);
+        // The three tasks of a file decode it once between them; the cache
+        // holds the working images of the files whose tasks the pool may
+        // hold claims on at once.
+        let decodes = Arc::new(DecodeCache::new(slots.max(DecodeCache::DEFAULT_ENTRIES)));
         let pool = WorkerPool::builder(engine.clone(), worker.to_string())
             .task(
                 MetadataTask::new(resolver.clone())
                     .with_counter(executions.clone())
+                    .with_cache(decodes.clone())
                     .on_compute_threads(compute.clone()),
             )
             .task(
                 ThumbnailTask::new(resolver.clone(), options.thumbnails_dir.clone())
                     .with_counter(executions.clone())
+                    .with_cache(decodes.clone())
                     .on_compute_threads(compute.clone()),
             )
             .task(
                 PerceptualHashTask::new(resolver)
                     .with_counter(executions.clone())
+                    .with_cache(decodes.clone())
                     .on_compute_threads(compute.clone()),
             )
             .workers(slots)

@@ -32,7 +32,7 @@
 //!    its PNG and GIF decoders also apply to their own buffers.
 
 use crate::error::MediaError;
-use crate::image_ops::{format_name, not_an_image, orientation_of, reader, ImageMetadata};
+use crate::image_ops::{format_name, not_an_image, orientation_of, reader, BytesReader, ImageMetadata};
 use image::metadata::Orientation;
 use image::{ColorType, DynamicImage, ImageDecoder, ImageFormat, Limits};
 
@@ -157,17 +157,7 @@ pub fn decode_image_with(bytes: &[u8], limits: &DecodeLimits) -> Result<DecodedI
     let (reader, format) = reader(bytes)?;
     let (mut image, orientation) = match format {
         ImageFormat::Jpeg => crate::jpeg::decode(bytes, limits)?,
-        _ => {
-            let mut reader = reader;
-            let mut allocation = Limits::default();
-            allocation.max_alloc = Some(limits.max_bytes);
-            reader.limits(allocation);
-            let mut decoder = reader.into_decoder().map_err(not_an_image)?;
-            let footprint = footprint(format, &decoder, bytes.len() as u64);
-            limits.admit(format_name(format), decoder.dimensions(), footprint)?;
-            let orientation = orientation_of(&mut decoder);
-            (DynamicImage::from_decoder(decoder).map_err(not_an_image)?, orientation)
-        }
+        _ => decode_with_image(reader, format, bytes.len() as u64, limits)?,
     };
     image.apply_orientation(orientation);
     Ok(DecodedImage {
@@ -177,12 +167,31 @@ pub fn decode_image_with(bytes: &[u8], limits: &DecodeLimits) -> Result<DecodedI
     })
 }
 
-/// The bytes a decode of a PNG, GIF or WebP holds at once, from its
+/// Decodes a format other than JPEG with the `image` crate, under
+/// `limits`: the picture as stored and its orientation.
+pub(crate) fn decode_with_image(
+    mut reader: BytesReader<'_>,
+    format: ImageFormat,
+    input: u64,
+    limits: &DecodeLimits,
+) -> Result<(DynamicImage, Orientation), MediaError> {
+    let mut allocation = Limits::default();
+    allocation.max_alloc = Some(limits.max_bytes);
+    reader.limits(allocation);
+    let mut decoder = reader.into_decoder().map_err(not_an_image)?;
+    let footprint = footprint(format, &decoder, input);
+    limits.admit(format_name(format), decoder.dimensions(), footprint)?;
+    let orientation = orientation_of(&mut decoder);
+    Ok((DynamicImage::from_decoder(decoder).map_err(not_an_image)?, orientation))
+}
+
+/// The bytes a decode of a PNG, GIF, WebP or TIFF holds at once, from its
 /// header: the pixels and their copy ([`pixels_and_copy`]) plus the
 /// decoder's working memory, which is small for PNG (a few rows and the
 /// inflate window) and a frame for GIF (a frame smaller than the screen is
-/// read into a buffer of its own) and WebP (planes or colour-indexed
-/// pixels beside the output).
+/// read into a buffer of its own), and counted as four bytes a pixel for
+/// WebP (planes or colour-indexed pixels beside the output) and TIFF (a
+/// strip or tile decompressed before it is copied out).
 fn footprint(format: ImageFormat, decoder: &impl ImageDecoder, input: u64) -> u64 {
     let (width, height) = decoder.dimensions();
     let pixels = u64::from(width) * u64::from(height);

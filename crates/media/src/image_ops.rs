@@ -1,5 +1,6 @@
 //! Image metadata from headers, thumbnails and encoding, on the `image`
-//! crate with only the codecs the pipeline needs (PNG, JPEG, GIF, WebP).
+//! crate with only the codecs the pipeline needs (PNG, JPEG, GIF, WebP,
+//! TIFF).
 //! Decoding every pixel, under limits, is [`mod@crate::decode`]'s.
 
 use crate::error::MediaError;
@@ -20,7 +21,7 @@ const JPEG_QUALITY: u8 = 85;
 /// What the metadata task reports about an image.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ImageMetadata {
-    /// `png`, `jpeg`, `gif`, `webp` (see [`format_name`]).
+    /// `png`, `jpeg`, `gif`, `webp`, `tiff` (see [`format_name`]).
     pub format: &'static str,
     /// As displayed: after the EXIF orientation, so a portrait photo a
     /// phone stored sideways is reported (and decoded) as portrait.

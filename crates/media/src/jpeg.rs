@@ -115,7 +115,7 @@ impl Layout {
     }
 }
 
-fn damaged(what: impl Into<String>) -> MediaError {
+pub(crate) fn damaged(what: impl Into<String>) -> MediaError {
     MediaError::NotAnImage(what.into())
 }
 
@@ -312,9 +312,17 @@ fn frame_header(code: u8, body: &[u8]) -> Result<Layout, MediaError> {
     })
 }
 
-/// Decodes a JPEG under `limits` (see the module documentation): the
-/// picture as stored, and the orientation its EXIF block asks for.
-pub(crate) fn decode(bytes: &[u8], limits: &DecodeLimits) -> Result<(DynamicImage, Orientation), MediaError> {
+/// A JPEG that passed every check made before decoding: its layout, and
+/// the bytes a decoder is given (the first image, then the 1-bit tail).
+pub(crate) struct Checked {
+    pub layout: Layout,
+    pub input: Vec<u8>,
+}
+
+/// The checks before any decoder runs (see the module documentation): the
+/// layout, the pixel limit, the least data any image of its size needs,
+/// and the exact length of every sequential scan.
+pub(crate) fn check(bytes: &[u8], limits: &DecodeLimits) -> Result<Checked, MediaError> {
     let layout = layout(bytes)?;
     let size = (layout.width, layout.height);
     // The least any channel count needs: the pixel limit and an early look
@@ -336,6 +344,22 @@ pub(crate) fn decode(bytes: &[u8], limits: &DecodeLimits) -> Result<(DynamicImag
     let mut input = Vec::with_capacity(layout.end + TAIL.len());
     input.extend_from_slice(&bytes[..layout.end]);
     input.extend_from_slice(&TAIL);
+    Ok(Checked { layout, input })
+}
+
+/// Decodes a JPEG under `limits` (see the module documentation): the
+/// picture as stored, and the orientation its EXIF block asks for.
+pub(crate) fn decode(bytes: &[u8], limits: &DecodeLimits) -> Result<(DynamicImage, Orientation), MediaError> {
+    decode_checked(check(bytes, limits)?, limits)
+}
+
+/// The full-size decode of a checked JPEG, with zune-jpeg in strict mode.
+pub(crate) fn decode_checked(
+    checked: Checked,
+    limits: &DecodeLimits,
+) -> Result<(DynamicImage, Orientation), MediaError> {
+    let Checked { layout, input } = checked;
+    let size = (layout.width, layout.height);
     let options = DecoderOptions::default()
         .set_strict_mode(true)
         .set_max_width(usize::from(u16::MAX))

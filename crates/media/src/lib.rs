@@ -16,11 +16,14 @@
 //! revision. Everything else here is plain functions on files and bytes,
 //! usable without a ledger at all.
 //!
-//! Every pixel is decoded through one checked entry point
-//! ([`decode_image_with`], under [`DecodeLimits`]): a header that declares
-//! more than the limits allow is refused before decoding, and a decode is
-//! strict, so a truncated or damaged file is an error rather than a grey
-//! picture.
+//! Every pixel is decoded under [`DecodeLimits`], through one of two
+//! checked entry points: [`decode_image_with`] (every pixel, full size) and
+//! [`decode_working`] (the working image the tasks share: a JPEG decoded at
+//! reduced size by DCT scaling, upright, at most twice a thumbnail's side).
+//! A header that declares more than the limits allow is refused before
+//! decoding, and a decode is strict, so a truncated or damaged file is an
+//! error rather than a grey picture. The image tasks of one worker decode a
+//! file once between them ([`DecodeCache`], by content digest).
 //!
 //! Errors say whether trying again could help ([`MediaError::is_retryable`]):
 //! a file that cannot be read is I/O trouble (retryable); bytes that do not
@@ -35,21 +38,27 @@
 /// format).
 pub const KINDS_TOML: &str = include_str!("../kinds.toml");
 
+pub mod cache;
+pub mod camera;
 pub mod decode;
 pub mod dhash;
 pub mod error;
 pub mod hash;
 pub mod image_ops;
 mod jpeg;
+mod jpeg_scaled;
 mod jpeg_scan;
 pub mod paths;
 pub mod samples;
 pub mod settle;
 pub mod tasks;
+pub mod working;
 
 /// The `image` crate this one is built on (its types appear in the API).
 pub use image;
 
+pub use cache::DecodeCache;
+pub use camera::{camera_facts, CameraFacts};
 pub use decode::{decode_image, decode_image_with, DecodeLimits, DecodedImage};
 pub use dhash::{dhash, hamming_distance, DHash, DHASH_ALGORITHM};
 pub use error::MediaError;
@@ -65,3 +74,4 @@ pub use tasks::{
     resolver_fn, ExecutionCounter, MetadataTask, PathResolver, PerceptualHashTask, ThumbnailTask,
     DEFAULT_THUMBNAIL_SIDE, MAX_THUMBNAIL_SIDE,
 };
+pub use working::{decode_working, WorkingImage, DEFAULT_WORKING_SIDE};

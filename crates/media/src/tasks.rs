@@ -21,10 +21,14 @@
 //!    the mismatch as its last error. A digest that is not SHA-256 (or is
 //!    missing) cannot be checked at all and is terminal.
 //! 4. Decode those same bytes (never the file again: what was checked is
-//!    what is decoded) through the one checked entry point,
-//!    [`crate::decode_image_with`], under the task's [`DecodeLimits`]
-//!    (`with_limits`; the defaults otherwise), and do the image work,
-//!    abandoning it if the job is told to stop.
+//!    what is decoded) into the working image, [`crate::decode_working`],
+//!    under the task's [`DecodeLimits`] (`with_limits`; the defaults
+//!    otherwise), and do the image work, abandoning it if the job is told
+//!    to stop. With a [`DecodeCache`] (`with_cache`, shared by the three
+//!    tasks as the ingest shares it), steps 3 and 4 run once per content
+//!    digest: a task whose digest was decoded by another takes that working
+//!    image without reading the file (see [`mod@crate::cache`] for why that
+//!    is the same output).
 //!
 //! Steps 3 and 4 (and writing a thumbnail's temporary file) run as one
 //! closure, on the [`ComputeThreads`] the task was given
@@ -45,11 +49,14 @@
 //! every phase change is an event on the timeline, which would cost the
 //! ledger more than the work it describes.
 
-use crate::decode::{decode_image_with, DecodeLimits};
+use crate::cache::{DecodeCache, Decoded};
+use crate::camera::camera_facts;
+use crate::decode::DecodeLimits;
 use crate::dhash::{dhash, DHASH_ALGORITHM};
 use crate::error::MediaError;
 use crate::hash::{sha256_hex, DIGEST_PREFIX};
-use crate::image_ops::{encode_image, image_metadata, thumbnail, ThumbnailFormat};
+use crate::image_ops::{encode_image, image_metadata, ThumbnailFormat};
+use crate::working::{decode_working, WorkingImage, DEFAULT_WORKING_SIDE};
 use futures::future::BoxFuture;
 use opledger_domain::MediaId;
 use opledger_worker::{ComputeThreads, Job, JobError, Outcome, Task, TaskError};
@@ -110,6 +117,11 @@ struct Source {
     /// The threads the work runs on; without them, tokio's blocking pool.
     compute: Option<ComputeThreads>,
     limits: DecodeLimits,
+    /// Shared with the other image tasks of the same worker, if given.
+    cache: Option<Arc<DecodeCache>>,
+    /// The side the metadata and the perceptual hash decode at, and the
+    /// least a thumbnail does.
+    working_side: u32,
 }
 
 impl Source {
@@ -119,6 +131,99 @@ impl Source {
             executions: None,
             compute: None,
             limits: DecodeLimits::default(),
+            cache: None,
+            working_side: DEFAULT_WORKING_SIDE,
+        }
+    }
+
+    /// Where the claim's media item's file is now.
+    async fn locate(&self, job: &Job) -> Result<PathBuf, TaskError> {
+        let Some(media) = job.media_id() else {
+            return Err(TaskError::terminal(format!(
+                "{} runs on a media item, but this claim names none",
+                job.kind()
+            )));
+        };
+        self.resolver.resolve(media).await
+    }
+
+    /// The working image of the claim's file at `side`, then `after` on
+    /// it, on a compute thread: from the cache when a task of the same
+    /// digest has decoded it (no read at all), else read, checked and
+    /// decoded (steps 2 to 4) in the same trip as `after`. Returns the
+    /// file's path and what `after` made, or why the bytes were refused.
+    async fn with_working<T, F>(
+        &self,
+        job: &Job,
+        side: u32,
+        after: F,
+    ) -> Result<(PathBuf, Result<T, Arc<MediaError>>), TaskError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&WorkingImage) -> T + Send + 'static,
+    {
+        let limits = self.limits;
+        let Some(cache) = self.cache.clone() else {
+            let (path, made) = self
+                .run_checked(job, move |bytes| {
+                    decode_working(bytes, &limits, side).map(|working| after(&working))
+                })
+                .await?;
+            return Ok((path, made.map_err(Arc::new)));
+        };
+        let expected = expected_sha256(job.inputs())?;
+        let slot = cache.slot(&expected, side);
+        if let Some(decoded) = slot.get() {
+            let path = self.locate(job).await?;
+            job.checkpoint()?;
+            let decoded = decoded.clone();
+            let made = self
+                .off_thread(job, move || decoded.map(|working| after(&working)))
+                .await?;
+            return Ok((path, made));
+        }
+        // The first task of this digest decodes and runs `after` in the
+        // same trip; a task that finds that decode under way waits for it.
+        let mut after = Some(after);
+        let mut first: Option<(PathBuf, Option<T>)> = None;
+        let decoded: Decoded = {
+            let init = async {
+                let work = after.take();
+                let (path, (decoded, made)) = self
+                    .run_checked(job, move |bytes| {
+                        cache.count_decode();
+                        let decoded: Decoded = decode_working(bytes, &limits, side).map(Arc::new).map_err(Arc::new);
+                        let made = match (&decoded, work) {
+                            (Ok(working), Some(work)) => Some(work(working)),
+                            _ => None,
+                        };
+                        (decoded, made)
+                    })
+                    .await?;
+                first = Some((path, made));
+                Ok::<_, TaskError>(decoded)
+            };
+            let stopped = job.cancelled();
+            tokio::select! {
+                decoded = slot.get_or_try_init(|| init) => decoded?.clone(),
+                reason = stopped => return Err(TaskError::Stopped(reason)),
+            }
+        };
+        match (first, after) {
+            (Some((path, Some(made))), _) => Ok((path, Ok(made))),
+            // This task decoded, and the bytes were refused.
+            (Some((path, None)), _) => match decoded {
+                Err(refused) => Ok((path, Err(refused))),
+                Ok(_) => Err(TaskError::retryable("the shared decode ran without its task's work")),
+            },
+            (None, Some(after)) => {
+                let path = self.locate(job).await?;
+                let made = self
+                    .off_thread(job, move || decoded.map(|working| after(&working)))
+                    .await?;
+                Ok((path, made))
+            }
+            (None, None) => Err(TaskError::retryable("the shared decode ended without its task's work")),
         }
     }
 
@@ -233,7 +338,7 @@ fn expected_sha256(inputs: &Value) -> Result<String, TaskError> {
 
 /// A media error as a task error, naming the file: I/O is retryable,
 /// everything else terminal.
-fn task_error(error: MediaError, path: &Path) -> TaskError {
+fn task_error(error: &MediaError, path: &Path) -> TaskError {
     let message = format!("{error} (file {})", path.display());
     if error.is_retryable() {
         TaskError::Retryable(message)
@@ -242,15 +347,20 @@ fn task_error(error: MediaError, path: &Path) -> TaskError {
     }
 }
 
-/// The `metadata` kind: `{"format", "width", "height", "byte_size"}`.
+/// The `metadata` kind: `{"format", "width", "height", "byte_size"}`, and
+/// `"exif"` when the file has an EXIF block ([`crate::CameraFacts`]: date
+/// taken, make, model, lens, exposure, orientation, `gps_present`; the
+/// coordinates only with the input `gps_coordinates: true`).
 ///
-/// By default it decodes every pixel, under the same limits as the other
-/// image tasks, so a file truncated after its header, and a bomb that they
-/// refuse, fail here too (terminal) instead of reporting dimensions for
-/// pixels that are not there or will never be decoded.
-/// [`MetadataTask::header_only`] trades that check for speed: it reads the
-/// header alone, which allocates nothing for pixels, so it applies no limit
-/// and reports what any header declares.
+/// By default it checks that the whole image decodes, under the same
+/// limits as the other image tasks, so a file truncated after its header,
+/// and a bomb that they refuse, fail here too (terminal) instead of
+/// reporting dimensions for pixels that are not there or will never be
+/// decoded. Given a [`DecodeCache`] (as the ingest gives it), that check is
+/// the decode the thumbnail and the perceptual hash share: the metadata
+/// adds no decode of its own. [`MetadataTask::header_only`] reads the
+/// header alone, which allocates nothing for pixels, so it applies no
+/// limit and reports what any header declares.
 #[derive(Clone)]
 pub struct MetadataTask {
     source: Source,
@@ -287,6 +397,13 @@ impl MetadataTask {
         self
     }
 
+    /// Shares decodes with the other image tasks given the same `cache`:
+    /// a file's bytes are decoded once for all of them (per digest).
+    pub fn with_cache(mut self, cache: Arc<DecodeCache>) -> Self {
+        self.source.cache = Some(cache);
+        self
+    }
+
     /// Reads only the header: faster, but a truncated file and a bomb
     /// pass (with the dimensions their headers declare).
     pub fn header_only(mut self) -> Self {
@@ -309,24 +426,42 @@ impl Task for MetadataTask {
                 Self::EXTRACTOR
             )));
         }
-        let (full_decode, limits) = (self.full_decode, self.source.limits);
-        let (path, metadata) = self
-            .source
-            .run_checked(job, move |bytes| {
-                if full_decode {
-                    decode_image_with(bytes, &limits).map(|decoded| decoded.metadata())
-                } else {
-                    image_metadata(bytes)
-                }
-            })
-            .await?;
-        let metadata = metadata.map_err(|error| task_error(error, &path))?;
-        Ok(Outcome::output(json!({
+        let coordinates = match job.inputs().get("gps_coordinates") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(wanted)) => *wanted,
+            Some(other) => {
+                return Err(TaskError::terminal(format!(
+                    "metadata input gps_coordinates must be true or false, not {other}"
+                )))
+            }
+        };
+        let (metadata, camera) = if self.full_decode {
+            let (path, found) = self
+                .source
+                .with_working(job, self.source.working_side, |working| {
+                    (working.metadata(), working.camera.clone())
+                })
+                .await?;
+            found.map_err(|error| task_error(&error, &path))?
+        } else {
+            let (path, found) = self
+                .source
+                .run_checked(job, |bytes| {
+                    image_metadata(bytes).map(|metadata| (metadata, camera_facts(bytes)))
+                })
+                .await?;
+            found.map_err(|error| task_error(&error, &path))?
+        };
+        let mut output = json!({
             "format": metadata.format,
             "width": metadata.width,
             "height": metadata.height,
             "byte_size": metadata.byte_size,
-        })))
+        });
+        if let Some(camera) = camera {
+            output["exif"] = camera.to_json(coordinates);
+        }
+        Ok(Outcome::output(output))
     }
 }
 
@@ -366,6 +501,13 @@ impl ThumbnailTask {
     /// Decodes under `limits` instead of [`DecodeLimits::default`].
     pub fn with_limits(mut self, limits: DecodeLimits) -> Self {
         self.source.limits = limits;
+        self
+    }
+
+    /// Shares decodes with the other image tasks given the same `cache`:
+    /// a file's bytes are decoded once for all of them (per digest).
+    pub fn with_cache(mut self, cache: Arc<DecodeCache>) -> Self {
+        self.source.cache = Some(cache);
         self
     }
 
@@ -410,12 +552,12 @@ impl Task for ThumbnailTask {
         let final_path = self.path_for(job.revision(), format);
         let temporary = job.output_path_for(&final_path)?;
         let (directory, writing) = (self.thumbnails_dir.clone(), temporary.clone());
-        let (stop, limits) = (job.stop_signal(), self.source.limits);
+        let stop = job.stop_signal();
+        let side = self.source.working_side.max(max_side.saturating_mul(2));
         let (path, made) = self
             .source
-            .run_checked(job, move |bytes| {
-                let decoded = decode_image_with(bytes, &limits)?;
-                let small = thumbnail(&decoded.image, max_side)?;
+            .with_working(job, side, move |working| {
+                let small = working.thumbnail(max_side)?;
                 let encoded = encode_image(&small, format)?;
                 // A job told to stop meanwhile has stopped waiting for this
                 // closure and may have cleaned up its temporaries already:
@@ -429,7 +571,8 @@ impl Task for ThumbnailTask {
                 Ok::<_, MediaError>((written, small.width(), small.height()))
             })
             .await?;
-        let (written, width, height) = made.map_err(|error| task_error(error, &path))?;
+        let made = made.map_err(|error| task_error(&error, &path))?;
+        let (written, width, height) = made.map_err(|error| task_error(&error, &path))?;
         match written {
             Written::Stopped(stopped) => return Err(stopped.into()),
             Written::Io(result) => result
@@ -482,6 +625,13 @@ impl PerceptualHashTask {
         self.source.limits = limits;
         self
     }
+
+    /// Shares decodes with the other image tasks given the same `cache`:
+    /// a file's bytes are decoded once for all of them (per digest).
+    pub fn with_cache(mut self, cache: Arc<DecodeCache>) -> Self {
+        self.source.cache = Some(cache);
+        self
+    }
 }
 
 impl Task for PerceptualHashTask {
@@ -497,14 +647,11 @@ impl Task for PerceptualHashTask {
                 "perceptual_hash computes {DHASH_ALGORITHM:?} (algorithm \"dhash\" or \"dhash64\"), not {algorithm:?}"
             )));
         }
-        let limits = self.source.limits;
         let (path, hash) = self
             .source
-            .run_checked(job, move |bytes| {
-                decode_image_with(bytes, &limits).map(|decoded| dhash(&decoded.image))
-            })
+            .with_working(job, self.source.working_side, |working| dhash(&working.image))
             .await?;
-        let hash = hash.map_err(|error| task_error(error, &path))?;
+        let hash = hash.map_err(|error| task_error(&error, &path))?;
         Ok(Outcome::output(json!({
             "algorithm": DHASH_ALGORITHM,
             "hash": hash.to_string(),

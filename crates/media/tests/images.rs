@@ -336,3 +336,101 @@ fn a_photo_stored_sideways_is_reported_and_thumbnailed_upright() {
     let small = thumbnail(&decoded.image, 16).unwrap();
     assert_eq!(small.dimensions(), (8, 16));
 }
+
+#[test]
+fn a_png_named_jpg_and_a_jpeg_named_png_are_read_by_their_contents() {
+    let picture = DynamicImage::ImageRgb8(RgbImage::from_fn(64, 48, |x, y| Rgb([x as u8 * 4, y as u8 * 5, 90])));
+    let folder = tempfile::tempdir().unwrap();
+    for (name, format, expected) in [
+        ("really-a-png.jpg", ImageFormat::Png, "png"),
+        ("really-a-jpeg.png", ImageFormat::Jpeg, "jpeg"),
+    ] {
+        let path = folder.path().join(name);
+        picture.save_with_format(&path, format).unwrap();
+        assert_eq!(read_metadata(&path).unwrap().format, expected, "{name}");
+        let bytes = std::fs::read(&path).unwrap();
+        let working = opledger_media::decode_working(
+            &bytes,
+            &opledger_media::DecodeLimits::default(),
+            opledger_media::DEFAULT_WORKING_SIDE,
+        )
+        .unwrap();
+        assert_eq!(opledger_media::format_name(working.format), expected, "{name}");
+        assert_eq!((working.width, working.height), (64, 48));
+    }
+}
+
+#[test]
+fn webp_and_the_first_frame_of_an_animated_gif_give_metadata_a_thumbnail_and_a_hash() {
+    use image::codecs::gif::GifEncoder;
+    use image::{Delay, Frame, RgbaImage};
+    let limits = opledger_media::DecodeLimits::default();
+    let side = opledger_media::DEFAULT_WORKING_SIDE;
+
+    let picture = DynamicImage::ImageRgb8(RgbImage::from_fn(1200, 900, |x, y| {
+        Rgb([(x / 5) as u8, (y / 4) as u8, if x < 300 { 250 } else { 10 }])
+    }));
+    let mut webp = Vec::new();
+    picture
+        .write_to(&mut std::io::Cursor::new(&mut webp), ImageFormat::WebP)
+        .unwrap();
+    let working = opledger_media::decode_working(&webp, &limits, side).unwrap();
+    assert_eq!(opledger_media::format_name(working.format), "webp");
+    assert_eq!((working.width, working.height), (1200, 900));
+    assert_eq!(
+        (working.image.width(), working.image.height()),
+        (512, 384),
+        "averaged to the working side"
+    );
+    assert_eq!(working.thumbnail(256).unwrap().dimensions(), (256, 192));
+    assert!(dhash(&working.image).distance(dhash(&picture)) <= 2);
+
+    let red = RgbaImage::from_pixel(40, 30, image::Rgba([230, 10, 10, 255]));
+    let blue = RgbaImage::from_pixel(40, 30, image::Rgba([10, 10, 230, 255]));
+    let mut gif = Vec::new();
+    {
+        let mut encoder = GifEncoder::new(&mut gif);
+        for frame in [red, blue] {
+            encoder
+                .encode_frame(Frame::from_parts(frame, 0, 0, Delay::from_numer_denom_ms(100, 1)))
+                .unwrap();
+        }
+    }
+    let working = opledger_media::decode_working(&gif, &limits, side).unwrap();
+    assert_eq!(opledger_media::format_name(working.format), "gif");
+    assert_eq!((working.width, working.height), (40, 30));
+    let first = working.image.to_rgba8();
+    assert!(
+        first.get_pixel(20, 15)[0] > 200,
+        "the first frame: {:?}",
+        first.get_pixel(20, 15)
+    );
+    assert_eq!(working.thumbnail(256).unwrap().dimensions(), (40, 30), "never enlarged");
+}
+
+#[test]
+fn a_tiff_gives_metadata_a_thumbnail_and_a_hash() {
+    let picture = DynamicImage::ImageRgb8(RgbImage::from_fn(800, 600, |x, y| {
+        Rgb([(x / 4) as u8, (y / 3) as u8, if y < 150 { 240 } else { 20 }])
+    }));
+    let mut tiff = Vec::new();
+    picture
+        .write_to(&mut std::io::Cursor::new(&mut tiff), ImageFormat::Tiff)
+        .unwrap();
+    assert_eq!(image_metadata(&tiff).unwrap().format, "tiff");
+    let working = opledger_media::decode_working(
+        &tiff,
+        &opledger_media::DecodeLimits::default(),
+        opledger_media::DEFAULT_WORKING_SIDE,
+    )
+    .unwrap();
+    assert_eq!((working.width, working.height), (800, 600));
+    assert_eq!((working.image.width(), working.image.height()), (512, 384));
+    assert_eq!(working.thumbnail(256).unwrap().dimensions(), (256, 192));
+    assert!(dhash(&working.image).distance(dhash(&picture)) <= 2);
+    let cut = &tiff[..tiff.len() / 2];
+    assert!(
+        opledger_media::decode_working(cut, &opledger_media::DecodeLimits::default(), 512).is_err(),
+        "a TIFF cut in half is not an image"
+    );
+}

@@ -13,8 +13,8 @@ use opledger_domain::kinds::legacy;
 use opledger_domain::{MediaId, OperationStatus};
 use opledger_engine::{CommandContext, Engine, TaskRequest, TaskTarget};
 use opledger_media::{
-    decode_image, dhash, generate_samples_with, hash_file, read_metadata, resolver_fn, MetadataTask, PathResolver,
-    PerceptualHashTask, SampleOptions, ThumbnailTask,
+    decode_image, decode_working, dhash, generate_samples_with, hash_file, read_metadata, resolver_fn, DecodeLimits,
+    MetadataTask, PathResolver, PerceptualHashTask, SampleOptions, ThumbnailTask, DEFAULT_WORKING_SIDE,
 };
 use opledger_store_sqlite::{SqliteConfig, SqliteStore};
 use opledger_worker::{ComputeThreads, TaskError, WorkerPool};
@@ -228,11 +228,19 @@ async fn a_pool_runs_the_image_tasks_and_corrupt_files_end_failed_terminal() {
         let longest = header.width.max(header.height);
         assert_eq!(width.max(height), longest.min(256), "{}", path.display());
 
+        // The hash of the working image every image task reads, and the
+        // same picture as the full decode to within a few bits.
         let hash = view("perceptual_hash").await;
         assert_eq!(hash.state.status, OperationStatus::Succeeded);
+        let working = decode_working(&bytes, &DecodeLimits::default(), DEFAULT_WORKING_SIDE).unwrap();
         assert_eq!(
             output_of(&hash),
-            json!({"algorithm": "dhash64", "hash": dhash(&original.image).to_string()})
+            json!({"algorithm": "dhash64", "hash": dhash(&working.image).to_string()})
+        );
+        assert!(
+            dhash(&original.image).distance(dhash(&working.image)) <= 4,
+            "{}",
+            path.display()
         );
     }
     assert_eq!(
