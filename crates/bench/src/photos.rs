@@ -65,11 +65,7 @@ pub async fn photos(template: &SqliteConfig, dir: &Path, options: &Options) -> R
         std::fs::create_dir_all(&run_dir).map_err(BenchError::io(format!("creating {}", run_dir.display())))?;
         let store = store_at(template, run_dir.join("ledger.db")).await?;
         let (engine, _) = Engine::open(store).await?;
-        let mut ingest_options = IngestOptions::new(
-            &photos,
-            run_dir.join("thumbnails"),
-            run_dir.join("ledger.db.ingest-lock"),
-        );
+        let mut ingest_options = IngestOptions::new(&photos, run_dir.join("thumbnails"));
         ingest_options.workers = cores;
         ingest_options.settle_quiet = Duration::from_millis(500);
         let sampler = ThreadSampler::start();
