@@ -8,14 +8,14 @@
 //! *Why not a projection:* nothing in the log derives it, and replay must
 //! not rebuild it. So it is kept beside the projection positions, in a
 //! table of its own (`log_verification`, migration 0004), written by
-//! [`Engine::record_verification`] when the ledger can be written.
+//! [`Engine::record_verification`] (beside the verification it records,
+//! in `replay`) when the ledger can be written.
 
 use crate::error::EngineError;
-use crate::replay::VerifyReport;
 use crate::Engine;
 use opledger_domain::chain::{self, ChainBreak, ChainPoint};
 use opledger_domain::Timestamp;
-use opledger_store::{Store, StoreError, Verification, WriteTx};
+use opledger_store::{Store, StoreError, Verification};
 use serde::Serialize;
 
 /// Events read per page of the chain walk.
@@ -69,25 +69,6 @@ pub(crate) async fn check_chain<S: Store>(store: &S, up_to: i64) -> Result<Resul
 }
 
 impl<S: Store> Engine<S> {
-    /// Records what a verification found (at the engine's clock's time), in
-    /// place of the record before it.
-    pub async fn record_verification(&self, report: &VerifyReport) -> Result<IntegrityCheck, EngineError> {
-        let verification = Verification {
-            verified_at: self.clock().now(),
-            position: report.position,
-            head_hash: report.chain.as_ref().ok().map(|point| point.hash),
-            broken_at: report.chain.as_ref().err().map(|broken| broken.seq),
-            differing_tables: i64::try_from(report.diffs.len()).unwrap_or(i64::MAX),
-        };
-        let recorded = verification.clone();
-        self.store
-            .write(move |tx: &mut S::Tx| {
-                Box::pin(async move { tx.record_verification(&recorded).await.map_err(EngineError::from) })
-            })
-            .await?;
-        Ok(verification.into())
-    }
-
     /// The last recorded integrity check, if any.
     pub async fn last_verification(&self) -> Result<Option<IntegrityCheck>, EngineError> {
         Ok(self.store.last_verification().await?.map(IntegrityCheck::from))

@@ -8,13 +8,14 @@
 
 use crate::error::EngineError;
 use crate::fold::fold_events;
+use crate::integrity::IntegrityCheck;
 use crate::Engine;
 use futures::StreamExt;
 use opledger_domain::chain::{ChainBreak, ChainPoint};
 use opledger_domain::projections::Cell;
 use opledger_domain::projections::{all_projectors, WorkingSet};
 use opledger_domain::EventEnvelope;
-use opledger_store::{ScratchTarget, Store, StoreError, TableDiff};
+use opledger_store::{ScratchTarget, Store, StoreError, TableDiff, Verification, WriteTx};
 use std::fmt::Write;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
@@ -280,5 +281,26 @@ impl<S: Store> Engine<S> {
         .await;
         scratch.discard().await?;
         result
+    }
+}
+
+impl<S: Store> Engine<S> {
+    /// Records what a verification found (at the engine's clock's time), in
+    /// place of the record before it.
+    pub async fn record_verification(&self, report: &VerifyReport) -> Result<IntegrityCheck, EngineError> {
+        let verification = Verification {
+            verified_at: self.clock().now(),
+            position: report.position,
+            head_hash: report.chain.as_ref().ok().map(|point| point.hash),
+            broken_at: report.chain.as_ref().err().map(|broken| broken.seq),
+            differing_tables: i64::try_from(report.diffs.len()).unwrap_or(i64::MAX),
+        };
+        let recorded = verification.clone();
+        self.store
+            .write(move |tx: &mut S::Tx| {
+                Box::pin(async move { tx.record_verification(&recorded).await.map_err(EngineError::from) })
+            })
+            .await?;
+        Ok(verification.into())
     }
 }
