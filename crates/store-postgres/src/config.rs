@@ -9,6 +9,11 @@ use std::time::Duration;
 /// (`connect_timeout`, in seconds, as libpq spells it).
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How long the server lets a session sit inside a transaction waiting for
+/// its client before ending it (`idle_in_transaction_session_timeout`).
+/// Far above a healthy transaction's pauses between statements.
+pub const STALLED_TRANSACTION_TIMEOUT: &str = "10s";
+
 /// What a PostgreSQL URL must look like, for messages.
 pub const URL_FORM: &str = "postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE[?connect_timeout=SECONDS]";
 
@@ -92,8 +97,17 @@ impl PostgresConfig {
         } else {
             parsed.query_pairs_mut().clear().extend_pairs(kept);
         }
-        let options = PgConnectOptions::from_str(parsed.as_str())
+        let mut options = PgConnectOptions::from_str(parsed.as_str())
             .map_err(|error| format!("invalid PostgreSQL URL {} ({error}): {URL_FORM}", shown()))?;
+        // A client that stops inside a write transaction (a frozen VM, a
+        // SIGSTOPped process) holds the append lock, and with it every
+        // writer of every host, until the server ends its session. Unless
+        // the URL sets its own (`options=-c idle_in_transaction_session_timeout=…`),
+        // the server ends such a session after STALLED_TRANSACTION_TIMEOUT;
+        // its transaction rolls back, so nothing of it is half there.
+        if !url.contains("idle_in_transaction_session_timeout") {
+            options = options.options([("idle_in_transaction_session_timeout", STALLED_TRANSACTION_TIMEOUT)]);
+        }
         Ok(PostgresConfig {
             options,
             write_connections: 4,
