@@ -142,8 +142,7 @@ async fn run<S: Store>(store: &S, args: &ChildArgs, reports: &mut dyn Write) -> 
     if stopped() {
         return Ok(ChildEnd::Stopped);
     }
-    let records = Records::of(args.spec.what, args.spec.batch, &rows).map_err(SuperviseError::Gone)?;
-    drop(rows);
+    let records = Records::of(args.spec.what, args.spec.batch, rows).map_err(SuperviseError::Gone)?;
     let total = records.total();
     let regular_rows = records.regular_rows();
     report(

@@ -3,20 +3,75 @@
 //! so one position always gives the same records in the same order.
 
 use super::What;
-use opledger_domain::projections::{Row, WorkingSet};
+use opledger_domain::projections::{OperationRow, Row, WorkingSet};
 use opledger_domain::{BatchId, Timestamp};
 use serde_json::Value;
 use std::collections::BTreeMap;
 
 /// The records of one export.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug)]
 pub enum Records {
     Rows {
         columns: &'static [&'static str],
-        rows: Vec<Vec<Value>>,
+        rows: Rows,
     },
     /// capability → status → count, both in name order.
     Pivot(BTreeMap<String, BTreeMap<String, u64>>),
+}
+
+/// The data rows of a plain export.
+#[derive(Debug)]
+pub enum Rows {
+    /// Every operation of the folded rows, in key order, each turned into
+    /// its cells only as it is written. *Why:* an operations export of a
+    /// large ledger holds every operation; holding each as cells too
+    /// would double the child's memory.
+    Operations { folded: WorkingSet, count: u64 },
+    /// Rows taken out and ordered beforehand (one batch's items).
+    Listed(Vec<Vec<Value>>),
+}
+
+impl Rows {
+    pub fn len(&self) -> u64 {
+        match self {
+            Rows::Operations { count, .. } => *count,
+            Rows::Listed(rows) => rows.len() as u64,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Hands each row's cells to `each`, in order; an error stops the walk.
+    pub fn each<E>(&self, mut each: impl FnMut(&[Value]) -> Result<(), E>) -> Result<(), E> {
+        match self {
+            Rows::Operations { folded, .. } => {
+                for row in folded.rows() {
+                    if let Row::Operation(operation) = row {
+                        each(&operation_cells(operation))?;
+                    }
+                }
+                Ok(())
+            }
+            Rows::Listed(rows) => rows.iter().try_for_each(|row| each(row)),
+        }
+    }
+}
+
+fn operation_cells(operation: &OperationRow) -> [Value; 10] {
+    [
+        text(operation.operation_id.to_string()),
+        text(operation.kind.clone()),
+        text(operation.status.as_str().to_string()),
+        optional(operation.media_id.map(|id| id.to_string())),
+        optional(operation.region_id.map(|id| id.to_string())),
+        optional(operation.path.clone()),
+        Value::from(operation.attempt_count),
+        optional(operation.status_reason.clone()),
+        time(operation.created_at),
+        time(operation.updated_at),
+    ]
 }
 
 /// The columns of the operations export.
@@ -39,29 +94,13 @@ pub const BATCH_ITEM_COLUMNS: &[&str] = &["position", "operation_id", "label", "
 impl Records {
     /// The records `what` takes from the folded rows; a batch export of a
     /// batch that did not exist at the position is refused with why.
-    pub fn of(what: What, batch: Option<BatchId>, rows: &WorkingSet) -> Result<Records, String> {
+    pub fn of(what: What, batch: Option<BatchId>, rows: WorkingSet) -> Result<Records, String> {
         match what {
             What::Operations => {
-                let mut out = Vec::new();
-                for row in rows.rows() {
-                    if let Row::Operation(operation) = row {
-                        out.push(vec![
-                            text(operation.operation_id.to_string()),
-                            text(operation.kind.clone()),
-                            text(operation.status.as_str().to_string()),
-                            optional(operation.media_id.map(|id| id.to_string())),
-                            optional(operation.region_id.map(|id| id.to_string())),
-                            optional(operation.path.clone()),
-                            Value::from(operation.attempt_count),
-                            optional(operation.status_reason.clone()),
-                            time(operation.created_at),
-                            time(operation.updated_at),
-                        ]);
-                    }
-                }
+                let count = rows.rows().filter(|row| matches!(row, Row::Operation(_))).count() as u64;
                 Ok(Records::Rows {
                     columns: OPERATION_COLUMNS,
-                    rows: out,
+                    rows: Rows::Operations { folded: rows, count },
                 })
             }
             What::CapabilityCounts => {
@@ -106,7 +145,7 @@ impl Records {
                 items.sort_by_key(|(position, _)| *position);
                 Ok(Records::Rows {
                     columns: BATCH_ITEM_COLUMNS,
-                    rows: items.into_iter().map(|(_, row)| row).collect(),
+                    rows: Rows::Listed(items.into_iter().map(|(_, row)| row).collect()),
                 })
             }
         }
@@ -117,7 +156,7 @@ impl Records {
     /// either format.
     pub fn total(&self) -> u64 {
         match self {
-            Records::Rows { rows, .. } => rows.len() as u64,
+            Records::Rows { rows, .. } => rows.len(),
             Records::Pivot(pivot) => self.regular_rows() + pivot.len() as u64 + 1,
         }
     }
@@ -125,7 +164,7 @@ impl Records {
     /// Regular result rows: subtotal and total rows apart.
     pub fn regular_rows(&self) -> u64 {
         match self {
-            Records::Rows { rows, .. } => rows.len() as u64,
+            Records::Rows { rows, .. } => rows.len(),
             Records::Pivot(pivot) => pivot.values().map(|statuses| statuses.len() as u64).sum(),
         }
     }

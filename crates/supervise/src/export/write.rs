@@ -71,11 +71,11 @@ pub fn write_records(
     match (records, spec.format) {
         (Records::Rows { columns, rows }, Format::Csv) => {
             writeln!(out, "{}", columns.join(","))?;
-            for row in rows {
+            rows.each(|row| {
                 let cells: Vec<String> = row.iter().map(csv_cell).collect();
                 writeln!(out, "{}", cells.join(","))?;
-                counted()?;
-            }
+                counted()
+            })?;
         }
         (Records::Rows { columns, rows }, Format::Json) => {
             write!(
@@ -83,16 +83,18 @@ pub fn write_records(
                 "{{\"as_of_seq\":{},\"what\":\"{}\",\"rows\":[",
                 spec.as_of_seq, spec.what
             )?;
-            for (index, row) in rows.iter().enumerate() {
-                let separator = if index == 0 { "" } else { "," };
+            let mut first = true;
+            rows.each(|row| {
+                let separator = if first { "" } else { "," };
+                first = false;
                 let fields: Vec<String> = columns
                     .iter()
                     .zip(row)
                     .map(|(column, value)| format!("\"{column}\":{}", json(value)))
                     .collect();
                 write!(out, "{separator}\n{{{}}}", fields.join(","))?;
-                counted()?;
-            }
+                counted()
+            })?;
             writeln!(out, "\n]}}")?;
         }
         (Records::Pivot(pivot), Format::Csv) => {
