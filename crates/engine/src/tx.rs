@@ -61,7 +61,11 @@ pub(crate) struct Stamp {
 impl Stamp {
     /// This stamp at the time its command's transaction gives it
     /// ([`command_time`]).
-    pub(crate) async fn in_transaction<T: WriteTx>(mut self, tx: &mut T, source: TimeSource) -> Result<Self, EngineError> {
+    pub(crate) async fn in_transaction<T: WriteTx>(
+        mut self,
+        tx: &mut T,
+        source: TimeSource,
+    ) -> Result<Self, EngineError> {
         self.recorded_at = command_time(tx, self.recorded_at, source).await?;
         Ok(self)
     }

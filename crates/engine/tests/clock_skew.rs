@@ -63,7 +63,13 @@ async fn assert_replay_identical<S: Store>(engine: &Engine<S>) {
 async fn item_with_two_tasks<S: Store>(engine: &Engine<S>, path: &str) -> MediaId {
     let context = context("scheduler");
     let media = engine
-        .register_media(&context, path, "image", Some(format!("sha256:{}", path.len())), Some(10))
+        .register_media(
+            &context,
+            path,
+            "image",
+            Some(format!("sha256:{}", path.len())),
+            Some(10),
+        )
         .await
         .unwrap();
     for (kind, inputs) in [
@@ -136,7 +142,10 @@ async fn recorded_at_never_goes_backwards_along_seq<B: Backend>(backend: &B) {
     // and what it decides by time (what is due, a lease's end) is decided
     // at that time too.
     item_with_two_tasks(&two, "/photos/b.png").await;
-    let claims = two.claim_tasks(&context("w-behind"), claim_request("w-behind", 60_000)).await.unwrap();
+    let claims = two
+        .claim_tasks(&context("w-behind"), claim_request("w-behind", 60_000))
+        .await
+        .unwrap();
     assert_eq!(claims.len(), 4, "every task is due at the log's present");
     for claim in &claims {
         assert_eq!(claim.lease_expires_at, t0.plus_millis(HOUR_MS + 60_000));
@@ -186,7 +195,12 @@ async fn a_host_an_hour_ahead_does_not_expire_other_workers_live_leases_on_postg
     let Some(backend) = opledger_testkit::postgres::backend().await else {
         return;
     };
-    let (honest, ahead) = two_hosts(&backend, Arc::new(SystemClock), Arc::new(SkewedClock::by_millis(HOUR_MS))).await;
+    let (honest, ahead) = two_hosts(
+        &backend,
+        Arc::new(SystemClock),
+        Arc::new(SkewedClock::by_millis(HOUR_MS)),
+    )
+    .await;
     item_with_two_tasks(&honest, "/photos/a.png").await;
     item_with_two_tasks(&honest, "/photos/b.png").await;
     let claims = claim_everything(&honest, "w-honest", 60_000).await;
@@ -243,8 +257,12 @@ async fn a_host_an_hour_behind_still_claims_on_postgres() {
     let Some(backend) = opledger_testkit::postgres::backend().await else {
         return;
     };
-    let (honest, behind) =
-        two_hosts(&backend, Arc::new(SystemClock), Arc::new(SkewedClock::by_millis(-HOUR_MS))).await;
+    let (honest, behind) = two_hosts(
+        &backend,
+        Arc::new(SystemClock),
+        Arc::new(SkewedClock::by_millis(-HOUR_MS)),
+    )
+    .await;
     item_with_two_tasks(&honest, "/photos/a.png").await;
     // By its clock the tasks become due in an hour; by the server's they
     // are due now.
@@ -254,7 +272,11 @@ async fn a_host_an_hour_behind_still_claims_on_postgres() {
     for claim in &claims {
         // Its lease runs from the server's time, not an hour before it:
         // alive, and recovery from a host with the right clock leaves it.
-        assert!(claim.lease_expires_at > server_now, "{} ≤ {server_now}", claim.lease_expires_at);
+        assert!(
+            claim.lease_expires_at > server_now,
+            "{} ≤ {server_now}",
+            claim.lease_expires_at
+        );
     }
     let beat = behind.heartbeat(&claims[0].fence(), None).await.unwrap();
     assert!(beat.lease_expires_at > server_now);

@@ -111,8 +111,8 @@ pub async fn load<H: Harness>(harness: &H, lines: &[StoredLine]) -> Result<(), S
     let mut script = String::new();
     for line in lines {
         let payload = line.payload.to_string();
-        let recorded_at = Timestamp::parse(&line.recorded_at)
-            .unwrap_or_else(|error| panic!("seq {}: recorded_at {error}", line.seq));
+        let recorded_at =
+            Timestamp::parse(&line.recorded_at).unwrap_or_else(|error| panic!("seq {}: recorded_at {error}", line.seq));
         let digest = chain::event_digest(&StoredFacts {
             seq: line.seq,
             stream_id: &line.stream_id,
@@ -164,13 +164,10 @@ pub async fn replay_log<H: Harness>(harness: &H, lines: &[StoredLine]) -> Result
     load(harness, lines)
         .await
         .map_err(|error| format!("{:?}: {}", error.kind, error.message))?;
-    engine
-        .rebuild_projections()
-        .await
-        .map_err(|error| match &error {
-            opledger_engine::EngineError::Store(store) => format!("{:?}: {}", store.kind, store.message),
-            other => format!("{other}"),
-        })?;
+    engine.rebuild_projections().await.map_err(|error| match &error {
+        opledger_engine::EngineError::Store(store) => format!("{:?}: {}", store.kind, store.message),
+        other => format!("{other}"),
+    })?;
     Ok(engine)
 }
 
@@ -301,7 +298,10 @@ fn every_event_type_at_every_schema_version_has_a_golden_log() {
     // such a log belongs in bad/.
     for (event_type, version) in &covered {
         let newest = current_version(event_type).unwrap_or_else(|| panic!("{event_type} is not a known event type"));
-        assert!(*version <= newest, "{event_type} v{version} is newer than this build's v{newest}");
+        assert!(
+            *version <= newest,
+            "{event_type} v{version} is newer than this build's v{newest}"
+        );
     }
 }
 
@@ -330,7 +330,11 @@ async fn the_scenario_covers_the_catalogue_and_its_log_replays_through_the_loade
     );
     if let Some(name) = std::env::var_os("OPLEDGER_WRITE_GOLDEN_LOG") {
         let path = logs_dir().join(Path::new(&name).with_extension("jsonl"));
-        assert!(!path.exists(), "{} exists: golden logs are never rewritten", path.display());
+        assert!(
+            !path.exists(),
+            "{} exists: golden logs are never rewritten",
+            path.display()
+        );
         let text: String = lines
             .iter()
             .map(|line| serde_json::to_string(line).unwrap() + "\n")

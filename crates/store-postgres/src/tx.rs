@@ -12,10 +12,10 @@ use crate::ddl::{self, Copy, SHADOW_SUFFIX};
 use crate::error::map;
 use crate::rows::Values;
 use crate::{rows, work};
-use opledger_domain::Timestamp;
-use opledger_store::append::LogHead;
 use opledger_domain::projections::{all_specs, Cell, ProjectionSpec, Row, RowChange, TableSpec};
 use opledger_domain::EventEnvelope;
+use opledger_domain::Timestamp;
+use opledger_store::append::LogHead;
 use opledger_store::positions::{self, Positions};
 use opledger_store::{
     append, ClaimQuery, Lease, RowTarget, StoreError, StreamAppend, TableSet, TimeSource, Verification, WriteTx,
@@ -305,12 +305,11 @@ impl PostgresTx {
             return Ok(head);
         }
         type HeadRow = (i64, Option<String>, chrono::DateTime<chrono::Utc>);
-        let row: Option<HeadRow> = sqlx::query_as(
-            "SELECT seq, chain_hash, recorded_at FROM media_operation_events ORDER BY seq DESC LIMIT 1",
-        )
-        .fetch_optional(self.conn_reading(Reads::Log).await?)
-        .await
-        .map_err(|error| map(error, "reading the log head"))?;
+        let row: Option<HeadRow> =
+            sqlx::query_as("SELECT seq, chain_hash, recorded_at FROM media_operation_events ORDER BY seq DESC LIMIT 1")
+                .fetch_optional(self.conn_reading(Reads::Log).await?)
+                .await
+                .map_err(|error| map(error, "reading the log head"))?;
         let head = row.map_or(LogHead::START, |(seq, hash, recorded_at)| LogHead {
             point: crate::chain::point(seq, hash.as_deref()),
             recorded_at: Some(Timestamp::from_datetime(recorded_at)),

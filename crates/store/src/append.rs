@@ -335,7 +335,10 @@ mod tests {
         // The chain digests the time as recorded.
         assert_eq!(
             planned.hashes[0],
-            chain::link(&head.point.hash, &digest_of(&planned.envelopes[0], &planned.payloads[0]))
+            chain::link(
+                &head.point.hash,
+                &digest_of(&planned.envelopes[0], &planned.payloads[0])
+            )
         );
         // A command's time follows the same rule; on an empty log it is the clock's.
         let proposed = Timestamp::from_micros(1);

@@ -5,7 +5,7 @@
 //! release writes, not what someone thought it writes.
 
 use opledger_domain::decide::OperationCommand;
-use opledger_domain::events::{OperationTarget, BoundingBox};
+use opledger_domain::events::{BoundingBox, OperationTarget};
 use opledger_domain::review::ReviewAction;
 use opledger_domain::transitions::Cause;
 use opledger_domain::{IngestionStage, OperationStatus, Timestamp};
@@ -95,15 +95,33 @@ pub async fn run<H: Harness>(harness: &H) -> Engine<H::Store> {
     tick();
     // The registry: media_registered, media_updated, region_added.
     let photo = engine
-        .register_media(&admin, "/photos/harbour.jpg", "image", Some(format!("sha256:{}", "a".repeat(64))), Some(1_000))
+        .register_media(
+            &admin,
+            "/photos/harbour.jpg",
+            "image",
+            Some(format!("sha256:{}", "a".repeat(64))),
+            Some(1_000),
+        )
         .await
         .unwrap();
     engine
-        .update_media(&admin, photo, "/photos/harbour.jpg", Some(format!("sha256:{}", "b".repeat(64))), Some(1_200))
+        .update_media(
+            &admin,
+            photo,
+            "/photos/harbour.jpg",
+            Some(format!("sha256:{}", "b".repeat(64))),
+            Some(1_200),
+        )
         .await
         .unwrap();
     let song = engine
-        .register_media(&admin, "/music/song.mp3", "audio", Some(format!("sha256:{}", "c".repeat(64))), Some(9_000))
+        .register_media(
+            &admin,
+            "/music/song.mp3",
+            "audio",
+            Some(format!("sha256:{}", "c".repeat(64))),
+            Some(9_000),
+        )
         .await
         .unwrap();
     let region = engine
@@ -155,7 +173,10 @@ pub async fn run<H: Harness>(harness: &H) -> Engine<H::Store> {
         .await
         .unwrap();
     engine
-        .request_task(&admin, request(TaskTarget::Media(photo), "describe", json!({"detail": 2})))
+        .request_task(
+            &admin,
+            request(TaskTarget::Media(photo), "describe", json!({"detail": 2})),
+        )
         .await
         .unwrap();
     engine
@@ -174,7 +195,10 @@ pub async fn run<H: Harness>(harness: &H) -> Engine<H::Store> {
     // then a success (operation_succeeded) that meets the caption's need
     // (operation_unblocked).
     let flaky = one(&engine, &["describe"], "w1").await;
-    engine.fail_task(&worker, &flaky.fence(), "timed out", false).await.unwrap();
+    engine
+        .fail_task(&worker, &flaky.fence(), "timed out", false)
+        .await
+        .unwrap();
     clock.advance_millis(10_000);
     let done = one(&engine, &["describe"], "w1").await;
     engine
@@ -197,11 +221,17 @@ pub async fn run<H: Harness>(harness: &H) -> Engine<H::Store> {
     tick();
     // Asked again and failed with no attempts left: operation_dead_lettered.
     engine
-        .request_task(&admin, request(TaskTarget::Media(photo), "caption", json!({"words": 20})))
+        .request_task(
+            &admin,
+            request(TaskTarget::Media(photo), "caption", json!({"words": 20})),
+        )
         .await
         .unwrap();
     let caption = one(&engine, &["caption"], "w1").await;
-    engine.fail_task(&worker, &caption.fence(), "model gone", false).await.unwrap();
+    engine
+        .fail_task(&worker, &caption.fence(), "model gone", false)
+        .await
+        .unwrap();
     tick();
 
     // A region's task whose worker vanished: operation_interrupted,
@@ -215,14 +245,23 @@ pub async fn run<H: Harness>(harness: &H) -> Engine<H::Store> {
     clock.advance_millis(60_000);
     engine.recover(&CommandContext::actor("recovery")).await.unwrap();
     let crop = one(&engine, &["crop"], "w1").await;
-    engine.cancel_task(&admin, crop.operation_id, "not wanted").await.unwrap();
+    engine
+        .cancel_task(&admin, crop.operation_id, "not wanted")
+        .await
+        .unwrap();
     engine.acknowledge_cancel(&worker, &crop.fence()).await.unwrap();
     tick();
 
     // A terminal failure of required work opens a review entry; a retry
     // (review_resolved, operation_reopened) runs it again.
     let second = engine
-        .register_media(&admin, "/photos/pier.jpg", "image", Some(format!("sha256:{}", "d".repeat(64))), Some(800))
+        .register_media(
+            &admin,
+            "/photos/pier.jpg",
+            "image",
+            Some(format!("sha256:{}", "d".repeat(64))),
+            Some(800),
+        )
         .await
         .unwrap();
     engine
@@ -230,7 +269,10 @@ pub async fn run<H: Harness>(harness: &H) -> Engine<H::Store> {
         .await
         .unwrap();
     let broken = one(&engine, &["describe"], "w1").await;
-    engine.fail_task(&worker, &broken.fence(), "not a picture", true).await.unwrap();
+    engine
+        .fail_task(&worker, &broken.fence(), "not a picture", true)
+        .await
+        .unwrap();
     let entry = engine.review_entries().await.unwrap();
     let entry = entry
         .iter()
@@ -250,7 +292,13 @@ pub async fn run<H: Harness>(harness: &H) -> Engine<H::Store> {
     // A batch: batch_created, batch_items_added, batch_item_settled;
     // cancelled (batch_cancel_requested) and resumed (batch_resumed).
     let third = engine
-        .register_media(&admin, "/photos/boats.jpg", "image", Some(format!("sha256:{}", "e".repeat(64))), Some(700))
+        .register_media(
+            &admin,
+            "/photos/boats.jpg",
+            "image",
+            Some(format!("sha256:{}", "e".repeat(64))),
+            Some(700),
+        )
         .await
         .unwrap();
     let batch = engine
@@ -268,7 +316,10 @@ pub async fn run<H: Harness>(harness: &H) -> Engine<H::Store> {
         .unwrap();
     let batch_id = batch.batch.batch_id;
     engine.cancel_batch(&admin, batch_id, "wrong folder").await.unwrap();
-    engine.resume_batch(&admin, batch_id, "right folder after all").await.unwrap();
+    engine
+        .resume_batch(&admin, batch_id, "right folder after all")
+        .await
+        .unwrap();
     let resumed = one(&engine, &["describe"], "w1").await;
     engine
         .complete_task(&worker, &resumed.fence(), Completion::Output(json!({"facts": 4})))
@@ -295,11 +346,21 @@ pub async fn run<H: Harness>(harness: &H) -> Engine<H::Store> {
         modified_ns: 1_000,
     };
     let ingestions = engine
-        .begin_ingestions(&CommandContext::actor("ingest"), "ingest-1", 60_000, vec![file], Vec::new())
+        .begin_ingestions(
+            &CommandContext::actor("ingest"),
+            "ingest-1",
+            60_000,
+            vec![file],
+            Vec::new(),
+        )
         .await
         .unwrap();
     engine
-        .change_stage(&CommandContext::actor("ingest"), ingestions[0].operation_id, IngestionStage::Hashing)
+        .change_stage(
+            &CommandContext::actor("ingest"),
+            ingestions[0].operation_id,
+            IngestionStage::Hashing,
+        )
         .await
         .unwrap();
     engine
@@ -357,7 +418,10 @@ pub async fn run<H: Harness>(harness: &H) -> Engine<H::Store> {
     tick();
 
     // Removals: region_removed, media_removed.
-    engine.remove_region(&admin, photo, region, "cropped away").await.unwrap();
+    engine
+        .remove_region(&admin, photo, region, "cropped away")
+        .await
+        .unwrap();
     engine.remove_media(&admin, song, "deleted").await.unwrap();
     engine
 }
