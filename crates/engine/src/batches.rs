@@ -137,7 +137,7 @@ impl<S: Store> Engine<S> {
         let prepared = self.prepare_requests(requests);
         let batch_id = BatchId(self.ids.next());
         let stamp = self.stamp(&batch_context(context, batch_id));
-        self.command(move |tx, rows| {
+        self.stamped(stamp, move |tx, rows, stamp| {
             Box::pin(async move {
                 let (answers, mut appends) = request_in_tx(tx, rows, prepared, &stamp).await?;
                 let mut items = Vec::with_capacity(answers.len());
@@ -188,7 +188,7 @@ impl<S: Store> Engine<S> {
         }
         let batch_kind = batch_kind.to_string();
         let stamp = self.stamp(&batch_context(context, batch_id));
-        self.command(move |tx, rows| {
+        self.stamped(stamp, move |tx, rows, stamp| {
             Box::pin(async move {
                 let operation_ids: Vec<OperationId> = items.iter().map(|item| item.operation_id).collect();
                 let operations = load_operations(tx, rows, &operation_ids).await?;
@@ -266,7 +266,7 @@ impl<S: Store> Engine<S> {
     ) -> Result<BatchView, EngineError> {
         let reason = non_empty(reason, "batch cancelled");
         let stamp = self.stamp(&batch_context(context, batch_id));
-        self.command(move |tx, rows| {
+        self.stamped(stamp, move |tx, rows, stamp| {
             Box::pin(async move {
                 let (batch, items) = load_batch(tx, rows, batch_id).await?;
                 if !is_active(&batch.progress) {
@@ -318,7 +318,7 @@ impl<S: Store> Engine<S> {
     ) -> Result<BatchView, EngineError> {
         let reason = non_empty(reason, "batch resumed");
         let stamp = self.stamp(&batch_context(context, batch_id));
-        self.command(move |tx, rows| {
+        self.stamped(stamp, move |tx, rows, stamp| {
             Box::pin(async move {
                 let (batch, items) = load_batch(tx, rows, batch_id).await?;
                 let resumable: Vec<OperationId> = items
@@ -377,7 +377,7 @@ impl<S: Store> Engine<S> {
             let batch_id = batch.batch_id;
             let stamp = self.stamp(&batch_context(context, batch_id));
             settled += self
-                .command(move |tx, rows| {
+                .stamped(stamp, move |tx, rows, stamp| {
                     Box::pin(async move {
                         let (_, items) = load_batch(tx, rows, batch_id).await?;
                         let unsettled: Vec<OperationId> = items

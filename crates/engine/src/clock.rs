@@ -1,20 +1,61 @@
 //! Time and ids enter the system here, and only here.
 
 use opledger_domain::Timestamp;
+use opledger_store::TimeSource;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use uuid::Uuid;
 
 /// Where commands get the time they record.
 pub trait Clock: Send + Sync {
     fn now(&self) -> Timestamp;
+
+    /// Whose clock a write command decides and records by
+    /// (`WriteTx::command_time`): this one as it is (the default), or the
+    /// clock the store's clients share where the store has one.
+    fn source(&self) -> TimeSource {
+        TimeSource::Caller
+    }
 }
 
-/// The machine's clock.
+/// The machine's clock. Write commands take the time from the store's
+/// shared clock where it has one (PostgreSQL's server), read inside their
+/// transaction: the hosts of one ledger need not agree on the time.
 pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now(&self) -> Timestamp {
         Timestamp::from_datetime(chrono::Utc::now())
+    }
+
+    fn source(&self) -> TimeSource {
+        TimeSource::Shared
+    }
+}
+
+/// The machine's clock, off by a fixed amount: a host whose clock is
+/// wrong, as tests of clock skew need it. Like [`SystemClock`], it defers
+/// to the store's shared clock where there is one.
+pub struct SkewedClock {
+    offset_micros: i64,
+}
+
+impl SkewedClock {
+    /// A clock `offset_millis` ahead of the machine's (behind when negative).
+    pub fn by_millis(offset_millis: i64) -> Self {
+        SkewedClock {
+            offset_micros: offset_millis.saturating_mul(1000),
+        }
+    }
+}
+
+impl Clock for SkewedClock {
+    fn now(&self) -> Timestamp {
+        let now = Timestamp::from_datetime(chrono::Utc::now());
+        Timestamp::from_micros(now.as_micros().saturating_add(self.offset_micros))
+    }
+
+    fn source(&self) -> TimeSource {
+        TimeSource::Shared
     }
 }
 

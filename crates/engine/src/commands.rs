@@ -20,7 +20,7 @@ use opledger_domain::events::{
 use opledger_domain::projections::{region_key, Row, REGIONS_TABLE};
 use opledger_domain::transitions::INITIAL_STATUSES;
 use opledger_domain::{
-    EventEnvelope, IngestionStage, LeaseMs, MediaId, OperationId, OperationStatus, RegionId, StreamId,
+    EventEnvelope, IngestionStage, LeaseMs, MediaId, OperationId, OperationStatus, RegionId, StreamId, Timestamp,
 };
 use opledger_store::{ExpectedVersion, RowTarget, Store, StreamAppend};
 use serde_json::Value;
@@ -83,13 +83,19 @@ impl<S: Store> Engine<S> {
             content_digest,
             byte_size,
         });
-        self.append(vec![StreamAppend {
-            stream_id: StreamId::media(media_id),
-            expected: ExpectedVersion::NoStream,
-            events: vec![stamp.event(event)],
-        }])
-        .await?;
-        Ok(media_id)
+        // At the time its transaction gives it, like every command: the
+        // trusted `append` records the times it is handed.
+        self.stamped(stamp, move |_, _, stamp| {
+            Box::pin(async move {
+                let append = StreamAppend {
+                    stream_id: StreamId::media(media_id),
+                    expected: ExpectedVersion::NoStream,
+                    events: vec![stamp.event(event)],
+                };
+                Ok(Decided::answer(media_id, vec![append]))
+            })
+        })
+        .await
     }
 
     /// Records a media item's new path, digest or size.
@@ -178,7 +184,7 @@ impl<S: Store> Engine<S> {
         event: Event,
     ) -> Result<EventEnvelope, EngineError> {
         let stamp = self.stamp(context);
-        self.command(move |tx, rows| {
+        self.stamped(stamp, move |tx, rows, stamp| {
             Box::pin(async move {
                 let media = load_media(tx, rows, media_id).await?;
                 if let Some(region_id) = region_id {
@@ -242,7 +248,7 @@ impl<S: Store> Engine<S> {
         }
         let operation_id = OperationId(self.ids.next());
         let stamp = self.stamp(context);
-        self.command(move |tx, rows| {
+        self.stamped(stamp, move |tx, rows, stamp| {
             Box::pin(async move {
                 if !load_kinds(tx, rows, [operation.kind.as_str()]).await?.is_empty() {
                     return Err(EngineError::invalid(format!(
@@ -291,11 +297,22 @@ impl<S: Store> Engine<S> {
         operation_id: OperationId,
         command: OperationCommand,
     ) -> Result<EventEnvelope, EngineError> {
+        self.operation_command_at(context, operation_id, move |_| command).await
+    }
+
+    /// [`Engine::operation_command`] for a command made at the command's
+    /// time, as the transaction gives it (a claim's lease end).
+    async fn operation_command_at(
+        &self,
+        context: &CommandContext,
+        operation_id: OperationId,
+        command: impl FnOnce(Timestamp) -> OperationCommand + Send + 'static,
+    ) -> Result<EventEnvelope, EngineError> {
         let stamp = self.stamp(context);
-        self.command(move |tx, rows| {
+        self.stamped(stamp, move |tx, rows, stamp| {
             Box::pin(async move {
                 let row = load_operation(tx, rows, operation_id).await?;
-                let event = decide_operation(&row, command)?;
+                let event = decide_operation(&row, command(stamp.recorded_at))?;
                 let append = StreamAppend {
                     stream_id: StreamId::operation(operation_id),
                     expected: ExpectedVersion::Exactly(row.version),
@@ -318,16 +335,12 @@ impl<S: Store> Engine<S> {
     ) -> Result<String, EngineError> {
         let lease = LeaseMs::new(lease_ms)?;
         let claim_token = self.ids.next().to_string();
-        let lease_expires_at = lease.ends_at(self.clock.now());
-        self.operation_command(
-            context,
-            operation_id,
-            OperationCommand::Claim {
-                claim_token: claim_token.clone(),
-                worker: worker.to_string(),
-                lease_expires_at,
-            },
-        )
+        let (token, worker) = (claim_token.clone(), worker.to_string());
+        self.operation_command_at(context, operation_id, move |now| OperationCommand::Claim {
+            claim_token: token,
+            worker,
+            lease_expires_at: lease.ends_at(now),
+        })
         .await?;
         Ok(claim_token)
     }

@@ -15,6 +15,7 @@ mod batches;
 mod clock;
 mod commands;
 mod describe;
+mod digest;
 mod error;
 mod fold;
 mod ingestion;
@@ -33,7 +34,9 @@ mod tx;
 mod work;
 
 pub use batches::{BatchRequest, BatchView, MAX_BATCH_ITEMS};
-pub use clock::{Clock, FixedClock, FixedJitter, Ids, Jitter, RandomJitter, SequentialIds, SystemClock, UuidV7Ids};
+pub use clock::{
+    Clock, FixedClock, FixedJitter, Ids, Jitter, RandomJitter, SequentialIds, SkewedClock, SystemClock, UuidV7Ids,
+};
 pub use commands::NewOperation;
 pub use describe::{Description, QUEUE_COUNT_LIMIT};
 pub use error::EngineError;

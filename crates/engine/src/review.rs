@@ -85,7 +85,7 @@ impl<S: Store> Engine<S> {
         };
         let stamp = self.stamp(context);
         let operation_id = entry.operation_id;
-        self.command(move |tx, rows| {
+        self.stamped(stamp, move |tx, rows, stamp| {
             Box::pin(async move {
                 let current = match tx
                     .find_rows(&REVIEW_TABLE, &[("entry_id", Cell::Integer(entry_id))], 1)

@@ -21,7 +21,7 @@ use crate::Engine;
 use opledger_domain::events::Event;
 use opledger_domain::projections::{all_projectors, WorkingSet};
 use opledger_domain::{EventEnvelope, NewEvent, Timestamp};
-use opledger_store::{BoxFuture, Store, StreamAppend, WriteTx};
+use opledger_store::{BoxFuture, Store, StreamAppend, TimeSource, WriteTx};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
@@ -59,6 +59,17 @@ pub(crate) struct Stamp {
 }
 
 impl Stamp {
+    /// This stamp at the time its command's transaction gives it
+    /// ([`command_time`]).
+    pub(crate) async fn in_transaction<T: WriteTx>(
+        mut self,
+        tx: &mut T,
+        source: TimeSource,
+    ) -> Result<Self, EngineError> {
+        self.recorded_at = command_time(tx, self.recorded_at, source).await?;
+        Ok(self)
+    }
+
     pub(crate) fn event(&self, event: Event) -> NewEvent {
         NewEvent {
             event,
@@ -68,6 +79,22 @@ impl Stamp {
             causation_id: Some(self.causation_id.clone()),
         }
     }
+}
+
+/// The time a command decides and records at, read inside its write
+/// transaction ([`WriteTx::command_time`]): the engine clock's `proposed`
+/// time, or the store's shared clock when the engine's clock defers to it
+/// (the system clock on PostgreSQL), and never before the last event's.
+/// *Why in the transaction:* decisions that compare times (a lease
+/// expired, a task is due) are made under the write lock against the
+/// log's present, whatever the clock of the host that sent the command;
+/// the time goes into the events, so replay never asks a clock.
+pub(crate) async fn command_time<T: WriteTx>(
+    tx: &mut T,
+    proposed: Timestamp,
+    source: TimeSource,
+) -> Result<Timestamp, EngineError> {
+    Ok(tx.command_time(proposed, source).await?)
 }
 
 /// Boxes a command's future where the command makes it.
@@ -249,6 +276,47 @@ impl<S: Store> Engine<S> {
         let result = self.store.write(in_transaction(false, clock.clone(), body)).await;
         self.observe(clock, WriteKind::Log, result.is_ok(), called);
         result
+    }
+
+    /// [`Engine::command`] for a body that records: `stamp` is given the
+    /// command's time inside the transaction ([`command_time`]) before the
+    /// body gets it, so everything the body decides by time and every
+    /// event it stamps use that time.
+    pub(crate) async fn stamped<R, F>(&self, stamp: Stamp, body: F) -> Result<R, EngineError>
+    where
+        R: Send + 'static,
+        F: for<'t> FnOnce(&'t mut S::Tx, &'t mut WorkingSet, Stamp) -> BoxFuture<'t, Result<Decided<R>, EngineError>>
+            + Send
+            + 'static,
+    {
+        let source = self.clock.source();
+        self.command(move |tx, rows| {
+            Box::pin(async move {
+                let stamp = stamp.in_transaction(tx, source).await?;
+                body(tx, rows, stamp).await
+            })
+        })
+        .await
+    }
+
+    /// Where this engine's write commands take their time from.
+    pub(crate) fn time_source(&self) -> TimeSource {
+        self.clock.source()
+    }
+
+    /// The time by the clock write commands decide by, read outside a
+    /// transaction: the store's shared clock when the engine's clock defers
+    /// to it and the store has one (PostgreSQL's server), otherwise the
+    /// engine's clock. For a read that picks what a write then checks
+    /// again (recovery's expired claims), and for comparing with a lease's
+    /// end (a worker deciding whether to heartbeat).
+    pub async fn read_time(&self) -> Result<Timestamp, EngineError> {
+        if self.clock.source() == TimeSource::Shared {
+            if let Some(now) = self.store.shared_time().await? {
+                return Ok(now);
+            }
+        }
+        Ok(self.clock.now())
     }
 
     /// [`Engine::command`] for a body that changes liveness only (lease

@@ -113,15 +113,16 @@ async fn lookups_by_path_equal_a_full_read_of_ingestions_and_media<B: Backend>(b
         .confirm_missing_files(&context, vec![file("/photos/c.png", 0)])
         .await
         .unwrap();
-    // Begun later (a larger id) under an earlier clock: the earlier time
-    // decides, so the ingestion begun before stays the latest.
+    // Begun later (a larger id) under an earlier clock: time never goes
+    // backwards along the log, so it is recorded at the time of the one
+    // begun before, and the larger id makes it the latest.
     clock.advance_millis(1_000);
-    let claims = engine
+    engine
         .begin_ingestions(&context, worker, 60_000, vec![file("/other/d.png", 1)], Vec::new())
         .await
         .unwrap();
     clock.advance_millis(-5_000);
-    engine
+    let claims = engine
         .begin_ingestions(&context, worker, 60_000, vec![file("/other/d.png", 2)], Vec::new())
         .await
         .unwrap();

@@ -9,10 +9,13 @@
 use opledger_domain::kinds::legacy;
 use opledger_domain::projections::{Row, MEDIA_STATES_TABLE};
 use opledger_domain::{CapabilityStatus, OperationStatus};
-use opledger_engine::{parse_kinds, ClaimRequest, CommandContext, Completion, Engine, KindStatus};
+use opledger_engine::{
+    parse_kinds, ClaimRequest, CommandContext, Completion, Engine, FixedClock, KindStatus, UuidV7Ids,
+};
 use opledger_store::Store;
 use opledger_store_sqlite::{SqliteConfig, SqliteStore};
 use std::path::Path;
+use std::sync::Arc;
 
 const FIXTURE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -153,7 +156,16 @@ async fn an_upgraded_ledger_and_a_fresh_one_given_its_events_after_declarations_
     let events: Vec<_> = futures::TryStreamExt::try_collect(events).await.unwrap();
 
     let fresh_path = folder.path().join("fresh.db");
-    let (fresh, _) = open(&fresh_path).await;
+    // Declared just before the old build's first event: time never goes
+    // backwards along a log, so declarations made now would lift every
+    // old event after them to now.
+    let before = events[0].recorded_at.plus_millis(-1_000);
+    let fresh = Engine::with_clock(
+        SqliteStore::open(SqliteConfig::at(&fresh_path)).await.unwrap(),
+        Arc::new(FixedClock::at(before)),
+        Arc::new(UuidV7Ids),
+    );
+    fresh.startup().await.unwrap();
     fresh
         .declare(&CommandContext::actor("system"), legacy::declarations())
         .await

@@ -16,8 +16,8 @@
 //! contract.
 //! The suite is split by topic: the log (`log.rs`), group commit
 //! (`group_commit.rs`), the ledger's locks (`lock.rs`), the work protocol's queries (`work.rs`), projection
-//! rows (`rows.rs`), paged walks (`pages.rs`) and scratch copies
-//! (`scratch.rs`).
+//! rows (`rows.rs`), paged walks (`pages.rs`), scratch copies
+//! (`scratch.rs`) and time in the log (`time.rs`).
 
 mod chain;
 mod fixtures;
@@ -27,6 +27,7 @@ mod log;
 mod pages;
 mod rows;
 mod scratch;
+mod time;
 mod work;
 
 pub use chain::*;
@@ -37,6 +38,7 @@ pub use log::*;
 pub use pages::*;
 pub use rows::*;
 pub use scratch::*;
+pub use time::*;
 pub use work::*;
 
 use opledger_store::{Store, StoreError};
@@ -92,7 +94,9 @@ macro_rules! conformance_tests {
             an_event_without_a_chain_hash_is_refused_by_the_database,
             the_last_integrity_check_is_recorded_and_replaced_by_the_next,
             a_ledger_lock_has_one_holder_across_stores_until_it_is_dropped,
-            a_ledger_lock_name_that_is_not_a_short_word_is_refused
+            a_ledger_lock_name_that_is_not_a_short_word_is_refused,
+            recorded_at_never_goes_backwards_along_seq,
+            a_command_takes_the_shared_clock_where_the_backend_has_one
         );
     };
     (@each $make:expr; $($name:ident),+) => {

@@ -413,6 +413,14 @@ impl Store for PostgresStore {
             .map_err(|error| error::map(error, "reading the log head"))
     }
 
+    async fn shared_time(&self) -> Result<Option<Timestamp>, StoreError> {
+        let now: chrono::DateTime<chrono::Utc> = sqlx::query_scalar("SELECT clock_timestamp()")
+            .fetch_one(&self.inner.readers)
+            .await
+            .map_err(|error| error::map(error, "reading the server's clock"))?;
+        Ok(Some(Timestamp::from_datetime(now)))
+    }
+
     async fn load_rows(&self, table: &'static TableSpec, keys: &[String]) -> Result<Vec<Row>, StoreError> {
         let mut connection = self.read_connection().await?;
         rows::load(&mut connection, table, ddl::Copy::Live, keys).await

@@ -12,14 +12,18 @@ use crate::ddl::{self, Copy, SHADOW_SUFFIX};
 use crate::error::map;
 use crate::rows::Values;
 use crate::{rows, work};
-use opledger_domain::chain::ChainPoint;
 use opledger_domain::projections::{all_specs, Cell, ProjectionSpec, Row, RowChange, TableSpec};
 use opledger_domain::EventEnvelope;
+use opledger_domain::Timestamp;
+use opledger_store::append::LogHead;
 use opledger_store::positions::{self, Positions};
-use opledger_store::{append, ClaimQuery, Lease, RowTarget, StoreError, StreamAppend, TableSet, Verification, WriteTx};
+use opledger_store::{
+    append, ClaimQuery, Lease, RowTarget, StoreError, StreamAppend, TableSet, TimeSource, Verification, WriteTx,
+};
 use sqlx::pool::PoolConnection;
 use sqlx::{PgConnection, PgPool, Postgres, Row as _};
 use std::collections::BTreeMap;
+use std::time::Instant;
 
 /// The advisory lock key every write transaction holds (the bytes of
 /// "opledger"). Advisory locks are per database, so databases on one server
@@ -32,7 +36,7 @@ const LOCK_TIMEOUT: &str = "30s";
 
 /// The caches of a [`PostgresTx`] as a piece of a group found them.
 pub(crate) struct Checkpoint {
-    head: Option<ChainPoint>,
+    head: Option<LogHead>,
     positions: Option<Positions>,
     tables: TableSet,
 }
@@ -46,8 +50,14 @@ pub struct PostgresTx {
     /// The log head and its chain link as of this transaction, once read.
     /// Safe to cache: the advisory lock keeps every other store writer out
     /// until we commit, so each append links to its true predecessor by
-    /// seq (a piece undone restores the head it started from).
-    head: Option<ChainPoint>,
+    /// seq (a piece undone restores the head it started from). With the
+    /// head's time, which no append may go back before.
+    head: Option<LogHead>,
+    /// The server's clock as first read in this transaction (under the
+    /// append lock), and when: later pieces of a group add the time passed
+    /// since on this process's monotonic clock instead of another round
+    /// trip.
+    server_clock: Option<(Timestamp, Instant)>,
     /// Every projection's (version, position), once read (same reason).
     positions: Option<Positions>,
     tables: TableSet,
@@ -157,6 +167,7 @@ impl PostgresTx {
         let mut tx = PostgresTx {
             connection: Some(connection),
             head: None,
+            server_clock: None,
             positions: None,
             tables: TableSet::Live,
             pending: Pending::default(),
@@ -207,7 +218,7 @@ impl PostgresTx {
 
     /// The log head as this transaction last knew it (after its appends).
     pub(crate) fn known_head(&self) -> Option<i64> {
-        self.head.map(|head| head.seq)
+        self.head.map(|head| head.seq())
     }
 
     /// Opens the savepoint the first piece of a group runs in, after
@@ -289,20 +300,39 @@ impl PostgresTx {
         self.tables.into()
     }
 
-    async fn current_head(&mut self) -> Result<ChainPoint, StoreError> {
+    async fn current_head(&mut self) -> Result<LogHead, StoreError> {
         if let Some(head) = self.head {
             return Ok(head);
         }
-        let row: Option<(i64, Option<String>)> =
-            sqlx::query_as("SELECT seq, chain_hash FROM media_operation_events ORDER BY seq DESC LIMIT 1")
+        type HeadRow = (i64, Option<String>, chrono::DateTime<chrono::Utc>);
+        let row: Option<HeadRow> =
+            sqlx::query_as("SELECT seq, chain_hash, recorded_at FROM media_operation_events ORDER BY seq DESC LIMIT 1")
                 .fetch_optional(self.conn_reading(Reads::Log).await?)
                 .await
                 .map_err(|error| map(error, "reading the log head"))?;
-        let head = row.map_or(ChainPoint::START, |(seq, hash)| {
-            crate::chain::point(seq, hash.as_deref())
+        let head = row.map_or(LogHead::START, |(seq, hash, recorded_at)| LogHead {
+            point: crate::chain::point(seq, hash.as_deref()),
+            recorded_at: Some(Timestamp::from_datetime(recorded_at)),
         });
         self.head = Some(head);
         Ok(head)
+    }
+
+    /// The server's clock now: read once per transaction, under the append
+    /// lock, and carried on by this process's monotonic clock for the
+    /// pieces after the first.
+    async fn server_time(&mut self) -> Result<Timestamp, StoreError> {
+        if let Some((base, read)) = self.server_clock {
+            let passed = i64::try_from(read.elapsed().as_micros()).unwrap_or(i64::MAX);
+            return Ok(Timestamp::from_micros(base.as_micros().saturating_add(passed)));
+        }
+        let now: chrono::DateTime<chrono::Utc> = sqlx::query_scalar("SELECT clock_timestamp()")
+            .fetch_one(self.raw_conn())
+            .await
+            .map_err(|error| map(error, "reading the server's clock"))?;
+        let now = Timestamp::from_datetime(now);
+        self.server_clock = Some((now, Instant::now()));
+        Ok(now)
     }
 
     /// Every projection's (version, position), from the cache or the database.
@@ -329,18 +359,19 @@ impl PostgresTx {
         // The head's row carries its chain hash in the text column.
         let head_part = if self.head.is_none() {
             " UNION ALL SELECT (SELECT chain_hash FROM media_operation_events ORDER BY seq DESC LIMIT 1), \
-             COALESCE(MAX(seq), 0), -1 FROM media_operation_events"
+             COALESCE(MAX(seq), 0), -1, \
+             (SELECT recorded_at FROM media_operation_events ORDER BY seq DESC LIMIT 1) FROM media_operation_events"
         } else {
             ""
         };
         let positions_part = if self.positions.is_none() {
             self.positions = Some(BTreeMap::new());
-            " UNION ALL SELECT name, position, version + 1 FROM projection_positions"
+            " UNION ALL SELECT name, position, version + 1, NULL FROM projection_positions"
         } else {
             ""
         };
         let sql = format!(
-            "SELECT stream_id::text, MAX(stream_version), 0::bigint FROM media_operation_events \
+            "SELECT stream_id::text, MAX(stream_version), 0::bigint, NULL::timestamptz FROM media_operation_events \
              WHERE stream_id = ANY($1::text[]) GROUP BY stream_id{head_part}{positions_part}"
         );
         let streams: Vec<String> = streams.iter().map(|stream| (*stream).to_string()).collect();
@@ -364,10 +395,14 @@ impl PostgresTx {
             match (row.get::<Option<String>, _>(0), tag) {
                 (hash, -1) => {
                     let seq = row.get::<i64, _>(1);
+                    let recorded_at = row.get::<Option<chrono::DateTime<chrono::Utc>>, _>(3);
                     self.head = Some(if seq == 0 {
-                        ChainPoint::START
+                        LogHead::START
                     } else {
-                        crate::chain::point(seq, hash.as_deref())
+                        LogHead {
+                            point: crate::chain::point(seq, hash.as_deref()),
+                            recorded_at: recorded_at.map(Timestamp::from_datetime),
+                        }
                     });
                 }
                 (Some(name), tag) if tag > 0 => {
@@ -485,7 +520,18 @@ impl WriteTx for PostgresTx {
     }
 
     async fn head(&mut self) -> Result<i64, StoreError> {
-        self.current_head().await.map(|head| head.seq)
+        self.current_head().await.map(|head| head.seq())
+    }
+
+    async fn command_time(&mut self, caller: Timestamp, source: TimeSource) -> Result<Timestamp, StoreError> {
+        let now = match source {
+            TimeSource::Caller => caller,
+            // Every host's commands decide by the server's clock, so one
+            // host's wrong clock expires no one's lease and misses no task.
+            TimeSource::Shared => self.server_time().await?,
+        };
+        let head = self.current_head().await?;
+        Ok(append::command_time(&head, now))
     }
 
     async fn create_shadow(&mut self, spec: &'static ProjectionSpec) -> Result<(), StoreError> {

@@ -8,6 +8,7 @@ use crate::writer_connection;
 use opledger_domain::chain::{self, ChainEntry, ChainHash, ChainPoint, GENESIS};
 use opledger_domain::projections::Cell;
 use opledger_domain::Timestamp;
+use opledger_store::append::LogHead;
 use opledger_store::log::{self, RecordedAt, StoredEvent};
 use opledger_store::{StoreError, Verification};
 use rusqlite::Connection;
@@ -21,29 +22,34 @@ const CHAIN_COLUMNS: &str = "seq, stream_id, stream_version, event_type, schema_
 /// Rows the fill reads and writes per statement round.
 const FILL_CHUNK: i64 = 10_000;
 
-/// The last event and its link (the start of the chain on an empty log).
-/// A link that is missing or not a hash is taken as the genesis hash: the
-/// append goes on (a tampered row must not stop the ledger), and the check
-/// names the row where the chain breaks.
-pub(crate) fn head(connection: &Connection) -> Result<ChainPoint, StoreError> {
+/// The last event: its link and its time (the start of the chain on an
+/// empty log). A link that is missing or not a hash is taken as the
+/// genesis hash, and a time that does not parse as unknown: the append
+/// goes on (a tampered row must not stop the ledger), and the check names
+/// the row where the chain breaks.
+pub(crate) fn head(connection: &Connection) -> Result<LogHead, StoreError> {
     let context = "reading the log head";
-    let mut point = ChainPoint::START;
+    let mut head = LogHead::START;
     writer_connection::select(
         connection,
-        "SELECT seq, chain_hash FROM media_operation_events ORDER BY seq DESC LIMIT 1",
+        "SELECT seq, chain_hash, recorded_at FROM media_operation_events ORDER BY seq DESC LIMIT 1",
         &[],
         context,
         |row| {
             let seq: i64 = row.get(0).map_err(|error| map_rusqlite(error, context))?;
             let hash: Option<String> = row.get(1).map_err(|error| map_rusqlite(error, context))?;
-            point = ChainPoint {
-                seq,
-                hash: hash.and_then(|text| ChainHash::from_hex(&text).ok()).unwrap_or(GENESIS),
+            let recorded_at: Option<String> = row.get(2).ok();
+            head = LogHead {
+                point: ChainPoint {
+                    seq,
+                    hash: hash.and_then(|text| ChainHash::from_hex(&text).ok()).unwrap_or(GENESIS),
+                },
+                recorded_at: recorded_at.and_then(|text| Timestamp::parse(&text).ok()),
             };
             Ok(())
         },
     )?;
-    Ok(point)
+    Ok(head)
 }
 
 /// One row of [`CHAIN_COLUMNS`] on the writer's connection.

@@ -396,6 +396,11 @@ impl Store for SqliteStore {
             .map_err(|error| error::map(error, "reading the log head"))
     }
 
+    async fn shared_time(&self) -> Result<Option<Timestamp>, StoreError> {
+        // Embedded in one process: no clock but the caller's.
+        Ok(None)
+    }
+
     async fn read_chain(&self, after: i64, limit: usize) -> Result<Vec<ChainEntry>, StoreError> {
         chain::read_chain(&self.inner.readers, after, limit).await
     }

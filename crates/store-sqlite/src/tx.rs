@@ -16,19 +16,21 @@
 
 use crate::ddl::{self, Copy, SHADOW_SUFFIX};
 use crate::writer_connection;
-use opledger_domain::chain::ChainPoint;
 use opledger_domain::projections::{all_specs, Cell, ProjectionSpec, Row, RowChange, TableSpec};
-use opledger_domain::EventEnvelope;
+use opledger_domain::{EventEnvelope, Timestamp};
+use opledger_store::append::LogHead;
 use opledger_store::positions::{self, Positions};
-use opledger_store::{append, ClaimQuery, Lease, RowTarget, StoreError, StreamAppend, TableSet, Verification, WriteTx};
+use opledger_store::{
+    append, ClaimQuery, Lease, RowTarget, StoreError, StreamAppend, TableSet, TimeSource, Verification, WriteTx,
+};
 use rusqlite::Connection;
 use std::collections::BTreeMap;
 
 /// The writer connection while it holds a transaction.
 pub struct SqliteTx {
     pub(crate) connection: Connection,
-    /// The log head and its chain link as of this transaction, once read.
-    head: Option<ChainPoint>,
+    /// The log head, its chain link and time as of this transaction, once read.
+    head: Option<LogHead>,
     /// Every projection's (version, position) as of this transaction, once
     /// read. Safe to cache: the writer holds the write lock, so only this
     /// transaction can change them until it commits.
@@ -42,7 +44,7 @@ pub struct SqliteTx {
 
 /// What `restore` needs to undo a rolled-back piece of work's cached state.
 pub(crate) struct Checkpoint {
-    head: Option<ChainPoint>,
+    head: Option<LogHead>,
     positions: Option<Positions>,
 }
 
@@ -121,7 +123,7 @@ impl SqliteTx {
     /// head the piece before it left (a rolled-back piece's head is
     /// restored with its checkpoint), so every event links to its true
     /// predecessor by seq.
-    fn current_head(&mut self) -> Result<ChainPoint, StoreError> {
+    fn current_head(&mut self) -> Result<LogHead, StoreError> {
         if let Some(head) = self.head {
             return Ok(head);
         }
@@ -427,7 +429,13 @@ impl WriteTx for SqliteTx {
     }
 
     async fn head(&mut self) -> Result<i64, StoreError> {
-        self.current_head().map(|head| head.seq)
+        self.current_head().map(|head| head.seq())
+    }
+
+    async fn command_time(&mut self, caller: Timestamp, _source: TimeSource) -> Result<Timestamp, StoreError> {
+        // Embedded in one process: the caller's clock is the ledger's.
+        let head = self.current_head()?;
+        Ok(append::command_time(&head, caller))
     }
 
     async fn create_shadow(&mut self, spec: &'static ProjectionSpec) -> Result<(), StoreError> {

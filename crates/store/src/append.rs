@@ -13,11 +13,49 @@
 //! lock, or the event planned just before it — so events appended by
 //! several pieces of one group commit, or by writers taking turns on the
 //! lock, chain in exactly the order of their seqs.
+//!
+//! And it keeps `recorded_at` non-decreasing along seq: an event whose
+//! time is earlier than the event before it is recorded at that event's
+//! time ([`LogHead::recorded_at`]). *Why:* commands from hosts whose
+//! clocks disagree append to one log; readers and folds take the log's
+//! order as the order of time, and a replay reads the clamped time back
+//! from the event, so it stays exact. [`command_time`] is the same rule
+//! for the time a command decides at.
 
 use crate::{ExpectedVersion, StoreError, StreamAppend};
 use opledger_domain::chain::{self, ChainHash, ChainPoint, StoredFacts};
 use opledger_domain::envelope::{EventEnvelope, StreamId};
+use opledger_domain::time::Timestamp;
 use std::collections::BTreeMap;
+
+/// The log's last event as an append goes on from it: its seq and chain
+/// link, and its time (None on an empty log).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogHead {
+    pub point: ChainPoint,
+    pub recorded_at: Option<Timestamp>,
+}
+
+impl LogHead {
+    /// The head of an empty log.
+    pub const START: LogHead = LogHead {
+        point: ChainPoint::START,
+        recorded_at: None,
+    };
+
+    pub fn seq(&self) -> i64 {
+        self.point.seq
+    }
+}
+
+/// The time a command decides and records at, given the time its clock
+/// says (`proposed`): never earlier than the last event's, so a command
+/// from a host whose clock is behind neither records time going backwards
+/// nor decides (a lease's end, a retry's due time) before the log's
+/// present.
+pub fn command_time(head: &LogHead, proposed: Timestamp) -> Timestamp {
+    head.recorded_at.map_or(proposed, |last| proposed.max(last))
+}
 
 /// The events of one append call, numbered, ready to be written.
 #[derive(Debug, Clone, PartialEq)]
@@ -28,9 +66,9 @@ pub struct Planned {
     pub payloads: Vec<String>,
     /// Each envelope's `chain_hash` column.
     pub hashes: Vec<ChainHash>,
-    /// The log head once they are written, with its chain hash (the old
-    /// head if there were none).
-    pub head: ChainPoint,
+    /// The log head once they are written, with its chain hash and time
+    /// (the old head if there were none).
+    pub head: LogHead,
 }
 
 /// The digest of an envelope about to be stored with this payload text.
@@ -85,9 +123,10 @@ fn meets(expected: ExpectedVersion, current: i64) -> bool {
 /// before anything is numbered, so a refusal leaves the log untouched.
 /// Then the events are numbered in the order given: `seq` from head + 1,
 /// each stream's versions on from its current one (a stream named twice
-/// goes on where its first part ended).
+/// goes on where its first part ended). Each event's `recorded_at` is at
+/// least the one of the event before it.
 pub fn plan(
-    head: ChainPoint,
+    head: LogHead,
     mut stream_versions: BTreeMap<String, i64>,
     appends: Vec<StreamAppend>,
 ) -> Result<Planned, Conflict> {
@@ -105,8 +144,9 @@ pub fn plan(
     let mut envelopes = Vec::with_capacity(count);
     let mut payloads = Vec::with_capacity(count);
     let mut hashes = Vec::with_capacity(count);
-    let mut seq = head.seq;
-    let mut previous = head.hash;
+    let mut seq = head.point.seq;
+    let mut previous = head.point.hash;
+    let mut last_time = head.recorded_at;
     for append in appends {
         let version = stream_versions
             .entry(append.stream_id.as_str().to_string())
@@ -114,12 +154,14 @@ pub fn plan(
         for new_event in append.events {
             seq += 1;
             *version += 1;
+            let recorded_at = last_time.map_or(new_event.recorded_at, |last| new_event.recorded_at.max(last));
+            last_time = Some(recorded_at);
             let envelope = EventEnvelope {
                 seq,
                 stream_id: append.stream_id.clone(),
                 stream_version: *version,
                 schema_version: new_event.event.schema_version(),
-                recorded_at: new_event.recorded_at,
+                recorded_at,
                 actor: new_event.actor,
                 correlation_id: new_event.correlation_id,
                 causation_id: new_event.causation_id,
@@ -136,7 +178,10 @@ pub fn plan(
         envelopes,
         payloads,
         hashes,
-        head: ChainPoint { seq, hash: previous },
+        head: LogHead {
+            point: ChainPoint { seq, hash: previous },
+            recorded_at: last_time,
+        },
     })
 }
 
@@ -176,11 +221,14 @@ mod tests {
         }
     }
 
-    /// A head at `seq` with an arbitrary hash.
-    fn at(seq: i64) -> ChainPoint {
-        ChainPoint {
-            seq,
-            hash: ChainHash([seq as u8; 32]),
+    /// A head at `seq` with an arbitrary hash, its time unknown.
+    fn at(seq: i64) -> LogHead {
+        LogHead {
+            point: ChainPoint {
+                seq,
+                hash: ChainHash([seq as u8; 32]),
+            },
+            recorded_at: None,
         }
     }
 
@@ -209,14 +257,14 @@ mod tests {
             .map(|envelope| (envelope.seq, envelope.stream_id.as_str(), envelope.stream_version))
             .collect();
         assert_eq!(numbered, vec![(11, "a", 4), (12, "a", 5), (13, "b", 1), (14, "a", 6)]);
-        assert_eq!(planned.head.seq, 14);
+        assert_eq!(planned.head.point.seq, 14);
     }
 
     #[test]
     fn envelopes_carry_each_events_facts_and_its_schema_version() {
         let sent = event(4);
         let planned = plan(
-            ChainPoint::START,
+            LogHead::START,
             BTreeMap::new(),
             vec![StreamAppend {
                 stream_id: stream("a"),
@@ -244,13 +292,58 @@ mod tests {
                 append("b", ExpectedVersion::Any, 3),
             ]
         };
-        let whole = plan(ChainPoint::START, BTreeMap::new(), parts()).unwrap();
+        let whole = plan(LogHead::START, BTreeMap::new(), parts()).unwrap();
         let [first, second]: [StreamAppend; 2] = parts().try_into().unwrap();
-        let one = plan(ChainPoint::START, BTreeMap::new(), vec![first]).unwrap();
+        let one = plan(LogHead::START, BTreeMap::new(), vec![first]).unwrap();
         let two = plan(one.head, versions(&[("a", 2)]), vec![second]).unwrap();
         assert_eq!([one.hashes, two.hashes].concat(), whole.hashes);
         assert_eq!(two.head, whole.head);
         assert_eq!(whole.payloads[0], whole.envelopes[0].event.payload_json());
+    }
+
+    #[test]
+    fn recorded_at_never_goes_backwards_along_seq() {
+        // A host an hour behind appends after the head, then two events of
+        // its own out of order: each is recorded no earlier than the one
+        // before it, and the head keeps the last time.
+        let hour = 3_600_000_000;
+        let mut head = at(3);
+        head.recorded_at = Some(Timestamp::from_micros(1_780_000_000_000_000 + hour));
+        let mut late = event(1);
+        late.recorded_at = Timestamp::from_micros(1_780_000_000_000_000);
+        let mut later = event(2);
+        later.recorded_at = Timestamp::from_micros(1_780_000_000_000_000 + 2 * hour);
+        let mut earlier = event(3);
+        earlier.recorded_at = Timestamp::from_micros(1_780_000_000_000_000 + hour / 2);
+        let planned = plan(
+            head,
+            BTreeMap::new(),
+            vec![StreamAppend {
+                stream_id: stream("a"),
+                expected: ExpectedVersion::Any,
+                events: vec![late, later, earlier],
+            }],
+        )
+        .unwrap();
+        let times: Vec<i64> = planned
+            .envelopes
+            .iter()
+            .map(|envelope| envelope.recorded_at.as_micros() - 1_780_000_000_000_000)
+            .collect();
+        assert_eq!(times, vec![hour, 2 * hour, 2 * hour]);
+        assert_eq!(planned.head.recorded_at, Some(planned.envelopes[2].recorded_at));
+        // The chain digests the time as recorded.
+        assert_eq!(
+            planned.hashes[0],
+            chain::link(
+                &head.point.hash,
+                &digest_of(&planned.envelopes[0], &planned.payloads[0])
+            )
+        );
+        // A command's time follows the same rule; on an empty log it is the clock's.
+        let proposed = Timestamp::from_micros(1);
+        assert_eq!(command_time(&planned.head, proposed), planned.envelopes[2].recorded_at);
+        assert_eq!(command_time(&LogHead::START, proposed), proposed);
     }
 
     #[test]
@@ -298,7 +391,7 @@ mod tests {
         // not where the first part leaves it.
         let calls = |second: ExpectedVersion| {
             plan(
-                ChainPoint::START,
+                LogHead::START,
                 versions(&[("a", 1)]),
                 vec![append("a", ExpectedVersion::Exactly(1), 1), append("a", second, 1)],
             )
@@ -358,7 +451,7 @@ mod tests {
                     let total: usize = parts.iter().map(|(_, _, events)| events).sum();
                     let seqs: Vec<i64> = planned.envelopes.iter().map(|envelope| envelope.seq).collect();
                     prop_assert_eq!(seqs, (head + 1..=head + total as i64).collect::<Vec<_>>());
-                    prop_assert_eq!(planned.head.seq, head + total as i64);
+                    prop_assert_eq!(planned.head.point.seq, head + total as i64);
                     // Each event links to the one before it, the first to the head.
                     let entries = planned.envelopes.iter().zip(&planned.payloads).zip(&planned.hashes).map(
                         |((envelope, payload), hash)| chain::ChainEntry {
@@ -367,7 +460,7 @@ mod tests {
                             stored: Some(*hash),
                         },
                     );
-                    prop_assert_eq!(chain::check(at(head), entries), Ok(planned.head));
+                    prop_assert_eq!(chain::check(at(head).point, entries), Ok(planned.head.point));
                     // Per stream: versions go on from the current one, one by one, in seq order.
                     for (index, version) in current.iter().enumerate() {
                         let name = format!("s{index}");

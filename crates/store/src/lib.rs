@@ -35,7 +35,7 @@ pub use lock::LedgerLock;
 pub use page::{Direction, Page, PageQuery};
 pub use traits::{
     AheadQuery, ClaimQuery, ClaimQueue, ClaimableAhead, ExpectedVersion, ExpiredClaim, Lease, ProjectionState, RowDiff,
-    RowTarget, ScratchTarget, Store, StreamAppend, TableDiff, TableSet, Verification, WriteTx,
+    RowTarget, ScratchTarget, Store, StreamAppend, TableDiff, TableSet, TimeSource, Verification, WriteTx,
 };
 
 /// A boxed future, the shape `Store::write` work closures return.

@@ -130,6 +130,17 @@ pub struct ExpiredClaim {
     pub worker: String,
 }
 
+/// Whose clock a command's time comes from ([`WriteTx::command_time`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeSource {
+    /// The caller's clock, as given (a test's fixed clock).
+    Caller,
+    /// The clock every client of the store shares, where the backend has
+    /// one (PostgreSQL's server); the caller's clock where it has none
+    /// (SQLite, embedded in one host's process).
+    Shared,
+}
+
 /// Which processing states a batch claim may take.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClaimQuery {
@@ -271,6 +282,20 @@ pub trait WriteTx: RowTarget {
 
     /// The highest `seq` in the log (0 when empty).
     fn head(&mut self) -> impl Future<Output = Result<i64, StoreError>> + Send;
+
+    /// The time a command decides and records at, read in this
+    /// transaction: `caller` (the caller's clock), or with
+    /// [`TimeSource::Shared`] the clock every client shares where the
+    /// backend has one (read under the write lock, so one host's wrong
+    /// clock decides nothing for the others); never earlier than the last
+    /// event's `recorded_at` ([`crate::append::command_time`]). The time
+    /// goes into the command's events, so a replay reads it back instead
+    /// of asking any clock.
+    fn command_time(
+        &mut self,
+        caller: Timestamp,
+        source: TimeSource,
+    ) -> impl Future<Output = Result<Timestamp, StoreError>> + Send;
 
     /// Creates empty shadow tables for `spec` (dropping leftovers of an
     /// earlier, unfinished rebuild) with its shadow position at 0.
@@ -425,6 +450,12 @@ pub trait Store: Clone + Send + Sync + 'static {
 
     /// The highest `seq` in the log (0 when empty).
     fn head(&self) -> impl Future<Output = Result<i64, StoreError>> + Send;
+
+    /// The clock every client of the store shares, read from a read
+    /// connection, where the backend has one (PostgreSQL's server: None on
+    /// SQLite). For reads that choose what a write then checks again at
+    /// [`WriteTx::command_time`] (recovery's expired claims).
+    fn shared_time(&self) -> impl Future<Output = Result<Option<Timestamp>, StoreError>> + Send;
 
     /// Up to `limit` events after `after`, in seq order, as the chain check
     /// reads them: each one's digest of what is stored and its stored

@@ -25,7 +25,9 @@ pub(crate) trait JobLink: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<(), EngineError>>;
 
     /// Whether the claim still holds its task, read without writing, and
-    /// the engine clock's time as of the answer.
+    /// the time as of the answer by the clock leases are decided by
+    /// ([`Engine::read_time`]: the server's on PostgreSQL, so a host whose
+    /// clock is behind does not see a lease as longer than it is).
     fn claim_standing<'a>(
         &'a self,
         fence: &'a Fence,
@@ -56,7 +58,7 @@ impl<S: Store> JobLink for Engine<S> {
     ) -> BoxFuture<'a, Result<(HeartbeatOutcome, Timestamp), EngineError>> {
         Box::pin(async move {
             let standing = Engine::claim_standing(self, fence).await?;
-            Ok((standing, self.now()))
+            Ok((standing, self.read_time().await?))
         })
     }
 }

@@ -194,8 +194,6 @@ impl<S: Store> Engine<S> {
         resume: Vec<OperationId>,
     ) -> Result<Vec<IngestionClaim>, EngineError> {
         let lease = LeaseMs::new(lease_ms)?;
-        let now = self.clock.now();
-        let lease_expires_at = lease.ends_at(now);
         let fresh: Vec<(FileObservation, OperationId, String)> = new
             .into_iter()
             .map(|file| (file, OperationId(self.ids.next()), self.ids.next().to_string()))
@@ -206,8 +204,10 @@ impl<S: Store> Engine<S> {
             .collect();
         let worker = worker.to_string();
         let stamp = self.stamp(context);
-        self.command(move |tx, _| {
+        self.stamped(stamp, move |tx, _, stamp| {
             Box::pin(async move {
+                let now = stamp.recorded_at;
+                let lease_expires_at = lease.ends_at(now);
                 let mut appends = Vec::new();
                 let mut claims = Vec::new();
                 for (file, operation_id, claim_token) in fresh {
@@ -289,7 +289,7 @@ impl<S: Store> Engine<S> {
     ) -> Result<(), EngineError> {
         let ids: Vec<OperationId> = claims.iter().map(|claim| claim.operation_id).collect();
         let stamp = self.stamp(context);
-        self.command(move |tx, _| {
+        self.stamped(stamp, move |tx, _, stamp| {
             Box::pin(async move {
                 let mut appends = Vec::new();
                 for row in load_ingestions(tx, &ids).await? {
@@ -343,7 +343,7 @@ impl<S: Store> Engine<S> {
             .collect();
         let per_file = kinds.len();
         let stamp = self.stamp(context);
-        self.command(move |tx, rows| {
+        self.stamped(stamp, move |tx, rows, stamp| {
             Box::pin(async move {
                 refuse_second_media_at_a_path(tx, &planned).await?;
                 let ids: Vec<OperationId> = planned.iter().map(|(item, _, _)| item.claim.operation_id).collect();
@@ -478,7 +478,7 @@ impl<S: Store> Engine<S> {
         outcomes: Vec<(IngestionClaim, Result<Value, String>)>,
     ) -> Result<(), EngineError> {
         let stamp = self.stamp(context);
-        self.command(move |tx, _| {
+        self.stamped(stamp, move |tx, _, stamp| {
             Box::pin(async move {
                 let ids: Vec<OperationId> = outcomes.iter().map(|(claim, _)| claim.operation_id).collect();
                 let loaded: BTreeMap<OperationId, OperationRow> = load_ingestions(tx, &ids)
@@ -528,7 +528,7 @@ impl<S: Store> Engine<S> {
     ) -> Result<usize, EngineError> {
         let stamp = self.stamp(context);
         let cause = cause.to_string();
-        self.command(move |tx, _| {
+        self.stamped(stamp, move |tx, _, stamp| {
             Box::pin(async move {
                 let ids: Vec<OperationId> = claims.iter().map(|claim| claim.operation_id).collect();
                 let loaded: BTreeMap<OperationId, OperationRow> = load_ingestions(tx, &ids)
@@ -567,14 +567,14 @@ impl<S: Store> Engine<S> {
         context: &CommandContext,
         files: Vec<FileObservation>,
     ) -> Result<Vec<OperationId>, EngineError> {
-        let now = self.clock.now();
         let planned: Vec<(FileObservation, OperationId)> = files
             .into_iter()
             .map(|file| (file, OperationId(self.ids.next())))
             .collect();
         let stamp = self.stamp(context);
-        self.command(move |_, _| {
+        self.stamped(stamp, move |_, _, stamp| {
             Box::pin(async move {
+                let now = stamp.recorded_at;
                 let mut appends = Vec::new();
                 let mut ids = Vec::new();
                 for (file, operation_id) in planned {

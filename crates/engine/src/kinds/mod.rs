@@ -185,7 +185,7 @@ impl<S: Store> Engine<S> {
         let stamp = self.stamp(context);
         let document = document.clone();
         let (mut report, bumped) = self
-            .command(move |tx, _rows| {
+            .stamped(stamp, move |tx, _rows, stamp| {
                 Box::pin(async move {
                     let recorded: BTreeMap<String, TaskKindRow> = all_kinds(tx)
                         .await?

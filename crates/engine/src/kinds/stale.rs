@@ -106,7 +106,7 @@ impl<S: Store> Engine<S> {
                 with_results += changed.iter().filter(|row| row.produced_version.is_some()).count();
                 let stamp = self.stamp(context);
                 let current = current.to_string();
-                self.command(move |_, _| {
+                self.stamped(stamp, move |_, _, stamp| {
                     Box::pin(async move {
                         let appends = changed
                             .into_iter()

@@ -25,7 +25,7 @@ impl<S: Store> Engine<S> {
         spawnable(async move {
             let stamp = self.stamp(context);
             let reason = reason.to_string();
-            self.command(move |tx, rows| {
+            self.stamped(stamp, move |tx, rows, stamp| {
                 Box::pin(async move {
                     let state = load_state(tx, rows, operation_id)
                         .await?

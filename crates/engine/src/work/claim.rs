@@ -7,7 +7,7 @@
 use super::{load_claimed, stale_claim, state_append};
 use crate::error::EngineError;
 use crate::load::{all_kinds, undeclared};
-use crate::tx::{spawnable, CommandContext, Decided};
+use crate::tx::{command_time, spawnable, CommandContext, Decided};
 use crate::Engine;
 use opledger_domain::projections::{state_locations, Row, MEDIA_TABLE, REGIONS_TABLE};
 use opledger_domain::tasks::CLAIMABLE_STATUSES;
@@ -100,11 +100,14 @@ impl<S: Store> Engine<S> {
                 return Err(EngineError::invalid("a claim needs a worker name"));
             }
             let stamp = self.stamp(context);
-            let now = stamp.recorded_at;
-            let lease_expires_at = lease.ends_at(now);
             let ids = self.ids.clone();
-            self.command(move |tx, rows| {
+            self.stamped(stamp, move |tx, rows, stamp| {
                 Box::pin(async move {
+                    // The command's time, read under the write lock: what is
+                    // due and when the lease ends follow the log's clock,
+                    // not this host's.
+                    let now = stamp.recorded_at;
+                    let lease_expires_at = lease.ends_at(now);
                     if !request.kinds.is_empty() {
                         let kinds = all_kinds(tx).await?;
                         if let Some(unknown) = request
@@ -235,11 +238,13 @@ impl<S: Store> Engine<S> {
     /// requested. Liveness only: nothing is appended to the log.
     pub async fn heartbeat(&self, fence: &Fence, lease_ms: Option<i64>) -> Result<HeartbeatOutcome, EngineError> {
         let lease_ms = lease_ms.map(LeaseMs::new).transpose()?;
-        let now = self.clock.now();
+        let proposed = self.clock.now();
+        let source = self.time_source();
         let fence = fence.clone();
         // A heartbeat writes the lease row only: liveness, not history.
         self.liveness_command(move |tx, rows| {
             Box::pin(async move {
+                let now = command_time(tx, proposed, source).await?;
                 let (state, mut lease) = load_claimed(tx, rows, &fence).await?;
                 lease.lease_expires_at = work::decide_heartbeat(&state, &fence, now, lease_ms, lease.lease_expires_at)?;
                 lease.heartbeat_at = now;
@@ -298,7 +303,7 @@ impl<S: Store> Engine<S> {
             }
             let stamp = self.stamp(context);
             let fence = fence.clone();
-            self.command(move |tx, rows| {
+            self.stamped(stamp, move |tx, rows, stamp| {
                 Box::pin(async move {
                     let (state, mut lease) = load_claimed(tx, rows, &fence).await?;
                     let Progress {

@@ -69,8 +69,10 @@ impl<S: Store> Engine<S> {
         context: &CommandContext,
         hook: Option<&RecoveryHook>,
     ) -> Result<RecoveryReport, EngineError> {
-        let now = self.clock.now();
-        self.interrupt_claims(context, now, hook, &Gone::Expired { now }).await
+        // Candidates are read by the shared clock where the store has one,
+        // and each is checked again at the write's own time.
+        let now = self.read_time().await?;
+        self.interrupt_claims(context, now, hook, &Gone::Expired).await
     }
 
     /// Interrupts at once every claim held by one of `workers`, whatever
@@ -152,7 +154,7 @@ impl<S: Store> Engine<S> {
             let candidates: Vec<ExpiredClaim> = fresh
                 .into_iter()
                 .filter(|candidate| match gone {
-                    Gone::Expired { .. } => true,
+                    Gone::Expired => true,
                     Gone::Workers { gone, .. } => gone(&candidate.worker),
                 })
                 .collect();
@@ -163,13 +165,14 @@ impl<S: Store> Engine<S> {
                 hook(candidates.clone()).await;
             }
             let stamp = self.stamp(context);
-            // Used by no decision here but a retryable failure's, which a
-            // release never is.
-            let now = self.clock.now();
             let gone = gone.clone();
             let batch = self
-                .command(move |tx, rows| {
+                .stamped(stamp, move |tx, rows, stamp| {
                     Box::pin(async move {
+                        // The write's time, read under the write lock: a
+                        // lease is expired by the log's clock, never by the
+                        // clock of the host running recovery.
+                        let now = stamp.recorded_at;
                         let mut batch = RecoveryReport::default();
                         let mut appends = Vec::new();
                         for candidate in candidates {
@@ -181,11 +184,11 @@ impl<S: Store> Engine<S> {
                                 continue;
                             };
                             let (cause, was_waiting) = match &gone {
-                                Gone::Expired { now } => {
+                                Gone::Expired => {
                                     let lease = tx.lease(&candidate.claim_token).await?;
                                     let extended = lease.map(|lease| lease.lease_expires_at);
-                                    let ends = lease_end(state.lease_expires_at, extended).unwrap_or(*now);
-                                    if ends >= *now {
+                                    let ends = lease_end(state.lease_expires_at, extended).unwrap_or(now);
+                                    if ends >= now {
                                         batch.skipped += 1;
                                         continue;
                                     }
@@ -257,8 +260,9 @@ type WorkerTest = dyn Fn(&str) -> bool + Send + Sync;
 /// Which held claims an interrupting pass finds dead.
 #[derive(Clone)]
 enum Gone {
-    /// Those whose lease (extended by heartbeats) ended before `now`.
-    Expired { now: Timestamp },
+    /// Those whose lease (extended by heartbeats) ended before the
+    /// write's time.
+    Expired,
     /// Those held by a worker `gone` accepts, whatever their lease; what
     /// the gone workers were running, where known.
     Workers {

@@ -162,6 +162,7 @@ impl<S: Store> Engine<S> {
     /// the lease row goes. The accepted ones are appended and folded
     /// together.
     async fn end_claims(&self, reports: Vec<Report>) -> Result<Vec<Result<TaskOutcome, EngineError>>, EngineError> {
+        let source = self.time_source();
         self.command(move |tx, rows| {
             Box::pin(async move {
                 let tokens: Vec<String> = reports.iter().map(|report| report.fence.claim_token.clone()).collect();
@@ -195,6 +196,9 @@ impl<S: Store> Engine<S> {
                         outcome,
                         jitter_draw,
                     } = report;
+                    // Each report's time as the transaction gives it: a
+                    // retry's due time follows the log's clock.
+                    let stamp = stamp.in_transaction(tx, source).await?;
                     let decided = (|| {
                         let stale = || stale_claim(&fence);
                         let lease = leases

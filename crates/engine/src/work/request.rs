@@ -390,7 +390,7 @@ impl<S: Store> Engine<S> {
         spawnable(async move {
             let prepared = self.prepare_requests(requests);
             let stamp = self.stamp(context);
-            self.command(move |tx, rows| {
+            self.stamped(stamp, move |tx, rows, stamp| {
                 Box::pin(async move {
                     let (answers, appends) = request_in_tx(tx, rows, prepared, &stamp).await?;
                     // Each answer says where its task stands once the
