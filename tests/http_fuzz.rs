@@ -1,6 +1,7 @@
 //! A fuzz run of the HTTP API with schemathesis (PyPI) against its own
 //! `/openapi.json`: a real `opledger serve` (anonymous reading allowed, an
-//! admin token for the rest) over a small ledger, every documented route
+//! admin token for the rest) over a small ledger, with a real `opledger
+//! supervise` to run the exports it registers, every documented route
 //! called with generated inputs, and no 5xx or answer outside the
 //! documented schema allowed. Bounded to about two minutes.
 //!
@@ -83,6 +84,27 @@ fn schemathesis_finds_no_server_error_and_no_answer_outside_the_documented_schem
         .unwrap_or_else(|| panic!("serve's first line names its address: {first:?}"))
         .to_string();
 
+    // A supervisor beside the service, so that registering an export is
+    // answered as in production (a 201) rather than 503 for want of one.
+    let supervisor = Served(
+        binary()
+            .args(["supervise", "--database-url", &url])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("opledger supervise starts"),
+    );
+    let heartbeats = db.with_file_name("artifacts").join("supervisors");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !std::fs::read_dir(&heartbeats).is_ok_and(|entries| {
+        entries
+            .flatten()
+            .any(|entry| entry.path().extension().is_some_and(|extension| extension == "json"))
+    }) {
+        assert!(std::time::Instant::now() < deadline, "the supervisor never beat");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+
     let output = Command::new("st")
         .current_dir(dir.path())
         .args(["run", &format!("{base}/openapi.json")])
@@ -101,6 +123,7 @@ fn schemathesis_finds_no_server_error_and_no_answer_outside_the_documented_schem
         .output()
         .expect("schemathesis runs");
     drop(served);
+    drop(supervisor);
     let report = format!(
         "{}\n{}",
         String::from_utf8_lossy(&output.stdout),
