@@ -60,7 +60,7 @@ impl Caller {
             )));
         }
         self.require(role)?;
-        Ok((&self.name, &self.policy))
+        Ok((self.name.as_str(), self.policy.as_str()))
     }
 
     /// Refuses a worker token limited to other task kinds (403).

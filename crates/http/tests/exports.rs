@@ -11,6 +11,7 @@
 mod support;
 
 use opledger_domain::OperationId;
+use opledger_store::Store;
 use opledger_supervise::token::Secret;
 use opledger_supervise::ArtifactDir;
 use opledger_testkit::Backend;
