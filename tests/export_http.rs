@@ -200,8 +200,20 @@ fn an_export_over_http_streams_the_file_the_cli_downloads_byte_for_byte() {
     assert_eq!(cli_as_of.to_string(), as_of);
     let done = http.wait_status(&alice, job, "succeeded");
     let cli_done = ledger.wait_status(&cli_job, "succeeded", Duration::from_secs(30));
-    assert_eq!(keys(&done), keys(&cli_done), "the route answers what `export status --json` prints");
-    for field in ["processed", "total", "regular_rows", "logical_count_unit", "as_of_seq", "what", "format"] {
+    assert_eq!(
+        keys(&done),
+        keys(&cli_done),
+        "the route answers what `export status --json` prints"
+    );
+    for field in [
+        "processed",
+        "total",
+        "regular_rows",
+        "logical_count_unit",
+        "as_of_seq",
+        "what",
+        "format",
+    ] {
         assert_eq!(done[field], cli_done[field], "{field}");
     }
     assert_eq!(done["artifact"]["sha256"], cli_done["artifact"]["sha256"]);
@@ -236,7 +248,11 @@ fn an_export_over_http_streams_the_file_the_cli_downloads_byte_for_byte() {
     assert_eq!(head.headers["content-type"], "text/csv; charset=utf-8");
     assert_eq!(head.headers["x-accel-buffering"], "no");
     assert!(head.headers["last-modified"].to_str().unwrap().ends_with(" GMT"));
-    assert_eq!(http.register(&alice, job).body["attempt_id"], id, "HEAD did not take it");
+    assert_eq!(
+        http.register(&alice, job).body["attempt_id"],
+        id,
+        "HEAD did not take it"
+    );
 
     // Two GETs of one attempt at once: exactly one streams, the other is 409.
     let (first, second) = http.runtime.block_on(async {
@@ -255,7 +271,11 @@ fn an_export_over_http_streams_the_file_the_cli_downloads_byte_for_byte() {
     assert_eq!(streamed.headers["x-accel-buffering"], "no");
     assert!(streamed.headers.contains_key("last-modified"));
     assert_eq!(streamed.bytes.len() as u64, size);
-    assert_eq!(streamed.bytes, ledger.download(&cli_job), "byte for byte the CLI's file");
+    assert_eq!(
+        streamed.bytes,
+        ledger.download(&cli_job),
+        "byte for byte the CLI's file"
+    );
     // The attempt is used: a later GET of it is refused, a new one streams.
     assert_error(&http.call(Method::GET, &file, Some(&alice), None), 409, "conflict");
     let again = http.register(&alice, job);
@@ -318,6 +338,13 @@ impl Clock for MovedClock {
     }
 }
 
+/// Serves `app` until the runtime ends. Generic: spawned with a concrete
+/// store, the future's `Send` is asked of every lifetime, which rustc
+/// cannot prove for the references the service holds across awaits.
+fn spawn_service<S: opledger_store::Store>(app: App<S>, listener: tokio::net::TcpListener) {
+    tokio::spawn(opledger_http::serve(app, listener, std::future::pending()));
+}
+
 #[test]
 fn an_unstarted_attempt_expires_at_45_seconds_and_an_expired_artifact_is_410_on_the_services_clock() {
     let ledger = Ledger::new(10, 0);
@@ -340,7 +367,7 @@ fn an_unstarted_attempt_expires_at_45_seconds_and_an_expired_artifact_is_410_on_
         let app = App::new(engine, config);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
-        tokio::spawn(opledger_http::serve(app.clone(), listener, std::future::pending()));
+        spawn_service(app.clone(), listener);
         (app, address)
     });
     let http = Http::new(&format!("http://{address}"));
@@ -353,7 +380,11 @@ fn an_unstarted_attempt_expires_at_45_seconds_and_an_expired_artifact_is_410_on_
     let attempt = http.register(&token, job).body;
     let first = attempt["attempt_id"].as_u64().unwrap();
     clock.advance(Duration::from_secs(44));
-    assert_eq!(http.register(&token, job).body["attempt_id"], first, "still pending at 44 s");
+    assert_eq!(
+        http.register(&token, job).body["attempt_id"],
+        first,
+        "still pending at 44 s"
+    );
     let head = http.call(Method::HEAD, attempt["file"].as_str().unwrap(), Some(&token), None);
     assert_eq!(head.status, StatusCode::OK);
     assert_eq!(head.headers["content-type"], "application/json");

@@ -25,7 +25,11 @@ async fn without_a_supervisor_an_export_is_refused_with_503_and_nothing_is_recor
     let service = start_with(backend, |config| config.artifact_dir = Some(dir)).await;
     let before = service.app.engine().store().head().await.unwrap();
     let answer = service
-        .post("/api/v1/exports", As::Reader, json!({"what": "operations", "format": "csv"}))
+        .post(
+            "/api/v1/exports",
+            As::Reader,
+            json!({"what": "operations", "format": "csv"}),
+        )
         .await;
     assert_error(&answer, 503, "unavailable");
     assert!(
@@ -37,24 +41,43 @@ async fn without_a_supervisor_an_export_is_refused_with_503_and_nothing_is_recor
     );
     // Bad input is refused before the supervisor is looked for.
     let no_batch = service
-        .post("/api/v1/exports", As::Reader, json!({"what": "batch_items", "format": "csv"}))
+        .post(
+            "/api/v1/exports",
+            As::Reader,
+            json!({"what": "batch_items", "format": "csv"}),
+        )
         .await;
     assert_error(&no_batch, 422, "invalid");
     let bad_format = service
-        .post("/api/v1/exports", As::Reader, json!({"what": "operations", "format": "xlsx"}))
+        .post(
+            "/api/v1/exports",
+            As::Reader,
+            json!({"what": "operations", "format": "xlsx"}),
+        )
         .await;
     assert_error(&bad_format, 400, "malformed");
-    assert_eq!(service.app.engine().store().head().await.unwrap(), before, "nothing recorded");
+    assert_eq!(
+        service.app.engine().store().head().await.unwrap(),
+        before,
+        "nothing recorded"
+    );
     service.shutdown().await;
 }
 
 async fn a_service_without_an_artifact_directory_answers_its_export_routes_with_503<B: Backend>(backend: &B) {
     let service = start(backend).await;
     let answer = service
-        .post("/api/v1/exports", As::Admin, json!({"what": "operations", "format": "json"}))
+        .post(
+            "/api/v1/exports",
+            As::Admin,
+            json!({"what": "operations", "format": "json"}),
+        )
         .await;
     assert_error(&answer, 503, "unavailable");
-    assert!(answer.body["error"]["message"].as_str().unwrap().contains("--artifact-dir"));
+    assert!(answer.body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("--artifact-dir"));
     service.shutdown().await;
 }
 
@@ -68,7 +91,11 @@ async fn anonymous_callers_cannot_export_even_where_anonymous_reading_is_allowed
     .await;
     assert_eq!(service.get("/api/v1/operations", As::Anonymous).await.status, 200);
     let answer = service
-        .post("/api/v1/exports", As::Anonymous, json!({"what": "operations", "format": "csv"}))
+        .post(
+            "/api/v1/exports",
+            As::Anonymous,
+            json!({"what": "operations", "format": "csv"}),
+        )
         .await;
     assert_error(&answer, 401, "unauthenticated");
     service.shutdown().await;

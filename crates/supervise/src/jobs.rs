@@ -338,7 +338,11 @@ pub async fn still_servable<S: Store>(
         return Err(SuperviseError::Gone(format!(
             "export {job} is {}{}: its artifact is no longer served",
             row.status,
-            if row.cancel_requested { " with a cancel asked for" } else { "" }
+            if row.cancel_requested {
+                " with a cancel asked for"
+            } else {
+                ""
+            }
         )));
     }
     Ok(())
