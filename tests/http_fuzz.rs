@@ -110,7 +110,9 @@ fn schemathesis_finds_no_server_error_and_no_answer_outside_the_documented_schem
         .args(["run", &format!("{base}/openapi.json")])
         .args(["--header", &format!("Authorization: Bearer {token}")])
         .args(["--checks", "not_a_server_error,response_schema_conformance"])
-        .args(["--max-examples", "30", "--max-time", "100", "--request-timeout", "10"])
+        // A claim long-poll may rightly wait its whole 30 s cap before it
+        // answers, so a request has longer than that.
+        .args(["--max-examples", "30", "--max-time", "100", "--request-timeout", "35"])
         .args([
             "--wait-for-schema",
             "15",
