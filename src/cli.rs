@@ -177,6 +177,10 @@ pub struct ServeArgs {
     /// Request logs on standard error: `text`, or `json` (one object a line).
     #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = ["text", "json"])]
     pub log_format: String,
+    /// Where the export routes find jobs' artifacts: the directory the
+    /// supervisors of this ledger share.
+    #[command(flatten)]
+    pub artifacts: crate::supervise::DirArgs,
 }
 
 #[derive(Debug, Subcommand)]

@@ -290,19 +290,20 @@ async fn run(cli: Cli) -> anyhow::Result<Outcome> {
             // The service starts the engine itself: it answers health while
             // startup runs and reports ready only after it.
             let tokens = serve::check(args)?;
+            let artifacts = supervise::serve_artifact_dir(&args.artifacts, &cli.database_url)?;
             match database(&cli.database_url)? {
                 Database::Postgres(config) => {
                     let described = config_description(&cli.database_url);
                     let store = PostgresStore::open(*config)
                         .await
                         .with_context(|| format!("opening {described}"))?;
-                    serve::serve(store, args, tokens).await?;
+                    serve::serve(store, args, tokens, artifacts).await?;
                 }
                 Database::Sqlite(config) => {
                     let store = SqliteStore::open(config)
                         .await
                         .with_context(|| format!("opening {}", quoted(&cli.database_url)))?;
-                    serve::serve(store, args, tokens).await?;
+                    serve::serve(store, args, tokens, artifacts).await?;
                 }
             }
             return Ok(Outcome::Ok);

@@ -8,6 +8,7 @@ use anyhow::Context;
 use opledger_engine::Engine;
 use opledger_http::{App, Role, ServiceConfig, Tokens};
 use opledger_store::Store;
+use opledger_supervise::ArtifactDir;
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
@@ -31,8 +32,14 @@ pub fn check(args: &ServeArgs) -> anyhow::Result<Tokens> {
 
 /// Serves until SIGTERM or Ctrl-C; the engine is started by the service
 /// (readiness waits for it).
-pub async fn serve<S: Store>(store: S, args: &ServeArgs, tokens: Tokens) -> anyhow::Result<()> {
+pub async fn serve<S: Store>(
+    store: S,
+    args: &ServeArgs,
+    tokens: Tokens,
+    artifact_dir: Option<ArtifactDir>,
+) -> anyhow::Result<()> {
     let config = ServiceConfig {
+        artifact_dir,
         tokens,
         allow_anonymous_read: args.allow_anonymous_read,
         body_limit: usize::try_from(args.body_limit).unwrap_or(usize::MAX),

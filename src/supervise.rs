@@ -140,6 +140,29 @@ fn artifact_dir(args: &DirArgs, database_url: &str) -> anyhow::Result<ArtifactDi
     ArtifactDir::open(root).map_err(into_anyhow)
 }
 
+/// The artifact directory of `opledger serve`'s export routes: the flag's
+/// (a directory that cannot be opened stops the service), else `artifacts/`
+/// beside a SQLite file when it can be opened. Without one (a PostgreSQL
+/// ledger without the flag) the service runs and its export routes answer
+/// 503.
+pub fn serve_artifact_dir(args: &DirArgs, database_url: &str) -> anyhow::Result<Option<ArtifactDir>> {
+    let root = match (&args.artifact_dir, crate::database(database_url)?) {
+        (Some(dir), _) => return ArtifactDir::open(dir).map(Some).map_err(into_anyhow),
+        (None, Database::Sqlite(config)) => ArtifactDir::beside(&config.path),
+        (None, Database::Postgres(_)) => {
+            tracing::warn!("no --artifact-dir (or OPLEDGER_ARTIFACT_DIR): the export routes will answer 503");
+            return Ok(None);
+        }
+    };
+    match ArtifactDir::open(&root) {
+        Ok(dir) => Ok(Some(dir)),
+        Err(error) => {
+            tracing::warn!(%error, "the default artifact directory cannot be used: the export routes will answer 503");
+            Ok(None)
+        }
+    }
+}
+
 /// Keeps each error's exit code: the engine's as they are, a refused token
 /// as bad input (2), a gone artifact as not found (4).
 fn into_anyhow(error: SuperviseError) -> anyhow::Error {

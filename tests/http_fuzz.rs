@@ -1,6 +1,7 @@
 //! A fuzz run of the HTTP API with schemathesis (PyPI) against its own
 //! `/openapi.json`: a real `opledger serve` (anonymous reading allowed, an
-//! admin token for the rest) over a small ledger, every documented route
+//! admin token for the rest) over a small ledger, with a real `opledger
+//! supervise` to run the exports it registers, every documented route
 //! called with generated inputs, and no 5xx or answer outside the
 //! documented schema allowed. Bounded to about two minutes.
 //!
@@ -83,12 +84,35 @@ fn schemathesis_finds_no_server_error_and_no_answer_outside_the_documented_schem
         .unwrap_or_else(|| panic!("serve's first line names its address: {first:?}"))
         .to_string();
 
+    // A supervisor beside the service, so that registering an export is
+    // answered as in production (a 201) rather than 503 for want of one.
+    let supervisor = Served(
+        binary()
+            .args(["supervise", "--database-url", &url])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("opledger supervise starts"),
+    );
+    let heartbeats = db.with_file_name("artifacts").join("supervisors");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !std::fs::read_dir(&heartbeats).is_ok_and(|entries| {
+        entries
+            .flatten()
+            .any(|entry| entry.path().extension().is_some_and(|extension| extension == "json"))
+    }) {
+        assert!(std::time::Instant::now() < deadline, "the supervisor never beat");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+
     let output = Command::new("st")
         .current_dir(dir.path())
         .args(["run", &format!("{base}/openapi.json")])
         .args(["--header", &format!("Authorization: Bearer {token}")])
         .args(["--checks", "not_a_server_error,response_schema_conformance"])
-        .args(["--max-examples", "30", "--max-time", "100", "--request-timeout", "10"])
+        // A claim long-poll may rightly wait its whole 30 s cap before it
+        // answers, so a request has longer than that.
+        .args(["--max-examples", "30", "--max-time", "100", "--request-timeout", "35"])
         .args([
             "--wait-for-schema",
             "15",
@@ -101,6 +125,7 @@ fn schemathesis_finds_no_server_error_and_no_answer_outside_the_documented_schem
         .output()
         .expect("schemathesis runs");
     drop(served);
+    drop(supervisor);
     let report = format!(
         "{}\n{}",
         String::from_utf8_lossy(&output.stdout),

@@ -1,11 +1,14 @@
 //! The service's shared state: the engine, the configuration, the tokens,
-//! readiness and shutdown, and the wake-up of long-polls.
+//! readiness and shutdown, the wake-up of long-polls, and the download
+//! attempts of export artifacts.
 
 use crate::auth::Tokens;
 use crate::metrics::Metrics;
 use crate::wake::Wake;
 use opledger_engine::Engine;
 use opledger_store::Store;
+use opledger_supervise::attempts::Attempts;
+use opledger_supervise::ArtifactDir;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,6 +32,9 @@ pub struct ServiceConfig {
     pub max_wait: Duration,
     /// Between server-sent events' heartbeat comments.
     pub sse_heartbeat: Duration,
+    /// The artifact directory the supervisors of this ledger share; without
+    /// one the export routes answer 503.
+    pub artifact_dir: Option<ArtifactDir>,
 }
 
 impl Default for ServiceConfig {
@@ -41,6 +47,7 @@ impl Default for ServiceConfig {
             head_poll: Duration::from_millis(250),
             max_wait: Duration::from_secs(30),
             sse_heartbeat: Duration::from_secs(15),
+            artifact_dir: None,
         }
     }
 }
@@ -68,6 +75,7 @@ struct Inner<S: Store> {
     stopping: watch::Sender<bool>,
     wake: Wake,
     metrics: Metrics,
+    attempts: Attempts,
 }
 
 impl<S: Store> App<S> {
@@ -85,6 +93,7 @@ impl<S: Store> App<S> {
                 stopping,
                 wake: Wake::new(),
                 metrics,
+                attempts: Attempts::default(),
             }),
         }
     }
@@ -125,6 +134,13 @@ impl<S: Store> App<S> {
     /// What wakes long-polls and event streams.
     pub fn wake(&self) -> &Wake {
         &self.inner.wake
+    }
+
+    /// This service's download attempts of export artifacts (held in
+    /// memory: an attempt is one service's, as is the connection that
+    /// streams it). Their time is the engine's clock, which tests inject.
+    pub fn attempts(&self) -> &Attempts {
+        &self.inner.attempts
     }
 
     /// This service's metrics (its own recorder, not a process-global one).

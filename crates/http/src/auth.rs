@@ -72,6 +72,17 @@ pub struct TokenEntry {
     pub sha256: String,
 }
 
+impl TokenEntry {
+    /// The access-policy revision of this principal: the SHA-256 of its
+    /// entry as a tokens file writes it (name, role, kinds and the token's
+    /// hash). Export job tokens are bound to it, so rotating the principal's
+    /// token or changing its role or kinds refuses every job token it held,
+    /// while other principals' entries leave it as it is.
+    pub fn policy_revision(&self) -> String {
+        to_hex(&sha256(&entry_toml(self)))
+    }
+}
+
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct TokensFile {
@@ -238,6 +249,19 @@ mod tests {
         let twice = format!("{}\n{}", entry_toml(&entry), entry_toml(&entry));
         assert!(Tokens::parse(&twice).unwrap_err().contains("twice"));
         assert!(Tokens::parse("[[token]]\nname='a'\nrole='root'\nsha256='00'\n").is_err());
+    }
+
+    #[test]
+    fn a_policy_revision_changes_with_its_own_entry_only() {
+        let (_, entry) = new_token("alice", Role::Reader, vec![]).unwrap();
+        let (_, rotated) = new_token("alice", Role::Reader, vec![]).unwrap();
+        let promoted = TokenEntry {
+            role: Role::Admin,
+            ..entry.clone()
+        };
+        assert_eq!(entry.policy_revision(), entry.clone().policy_revision());
+        assert_ne!(entry.policy_revision(), rotated.policy_revision());
+        assert_ne!(entry.policy_revision(), promoted.policy_revision());
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //! | 401 | `unauthenticated` | no token, or one the tokens file does not hold |
 //! | 403 | `forbidden` | the token's role or task kinds do not allow it |
 //! | 404 | `not_found` | an unknown id or route |
-//! | 409 | `conflict` | a stale claim, an illegal transition, a version conflict |
+//! | 409 | `conflict` | a stale claim, an illegal transition, a version conflict, a download attempt already taken |
+//! | 410 | `gone` | an export's artifact expired, its job is gone or no longer succeeded, a download attempt expired |
 //! | 413 | `too_large` | the body is over the limit (refused before it is parsed) |
 //! | 422 | `invalid` | well-formed, but the rules refuse it |
 //! | 500 | `internal` | a bug (a panic is caught and logged) |
@@ -41,7 +42,7 @@ pub struct ErrorBody {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ErrorDetail {
     /// One of `malformed`, `unauthenticated`, `forbidden`, `not_found`,
-    /// `conflict`, `too_large`, `invalid`, `internal`, `unavailable`.
+    /// `conflict`, `gone`, `too_large`, `invalid`, `internal`, `unavailable`.
     pub code: String,
     pub message: String,
     /// More about the error where there is more to say; `{}` otherwise.
@@ -82,6 +83,10 @@ impl ApiError {
 
     pub fn conflict(message: impl Into<String>) -> Self {
         ApiError::new(StatusCode::CONFLICT, "conflict", message)
+    }
+
+    pub fn gone(message: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::GONE, "gone", message)
     }
 
     pub fn too_large(message: impl Into<String>) -> Self {

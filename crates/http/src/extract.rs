@@ -24,6 +24,9 @@ pub struct Caller {
     pub name: String,
     /// The task kinds a worker token is limited to; empty for any.
     pub kinds: Vec<String>,
+    /// The token entry's access-policy revision
+    /// ([`crate::TokenEntry::policy_revision`]); empty for anonymous.
+    pub policy: String,
     allow_anonymous_read: bool,
 }
 
@@ -43,6 +46,21 @@ impl Caller {
                 quoted(&self.name)
             ))),
         }
+    }
+
+    /// The principal a job token is bound to and its policy revision: a
+    /// named token at or above `role`. Anonymous callers are refused (401)
+    /// even where anonymous reading is allowed: a job token needs someone
+    /// to belong to.
+    pub fn principal(&self, role: Role) -> ApiResult<(&str, &str)> {
+        if self.role.is_none() {
+            return Err(ApiError::unauthenticated(format!(
+                "exports belong to the token that made them: this needs a bearer token with role {role} \
+                 (Authorization: Bearer TOKEN)"
+            )));
+        }
+        self.require(role)?;
+        Ok((self.name.as_str(), self.policy.as_str()))
     }
 
     /// Refuses a worker token limited to other task kinds (403).
@@ -81,6 +99,7 @@ impl<S: Store> FromRequestParts<App<S>> for Caller {
                 role: None,
                 name: "anonymous".to_string(),
                 kinds: Vec::new(),
+                policy: String::new(),
                 allow_anonymous_read,
             });
         };
@@ -99,6 +118,7 @@ impl<S: Store> FromRequestParts<App<S>> for Caller {
             role: Some(entry.role),
             name: entry.name.clone(),
             kinds: entry.kinds.clone(),
+            policy: entry.policy_revision(),
             allow_anonymous_read,
         })
     }

@@ -4,9 +4,12 @@
 //!
 //! It must not know SQL or which backend it runs on: it is generic over
 //! [`opledger_store::Store`] and calls the engine exactly as the CLI does,
-//! so a route answers what the matching command prints. It owns only what
+//! so a route answers what the matching command prints (the export routes
+//! call `opledger_supervise` as `opledger export` does). It owns only what
 //! is HTTP's: routes, roles by bearer token, the error shape, long-polls,
-//! event streams, request limits and the page's files.
+//! event streams, request limits, the page's files, and the download
+//! attempts of export artifacts with the stream that hands each one out.
+//! It must not know how a supervisor runs a job.
 
 pub mod app;
 pub mod auth;

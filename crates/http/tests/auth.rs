@@ -99,6 +99,14 @@ const TABLE: &[Row] = &[
     row("get", "/api/v1/kinds/{name}", Needs::Reader),
     row("post", "/api/v1/verify", Needs::Admin),
     row("get", "/api/v1/events", Needs::Reader),
+    // Any named token may export; a job is then its creator's alone.
+    with_body("post", "/api/v1/exports", Needs::Reader, || {
+        Some(json!({"what": "operations", "format": "csv"}))
+    }),
+    row("get", "/api/v1/exports/{token}", Needs::Reader),
+    row("delete", "/api/v1/exports/{token}", Needs::Reader),
+    row("post", "/api/v1/exports/{token}/downloads", Needs::Reader),
+    row("get", "/api/v1/exports/{token}/file", Needs::Reader),
     Row {
         method: "post",
         path: "/api/v1/tasks",

@@ -168,6 +168,15 @@ pub async fn job_of<S: Store>(
     let job = Secret::load(dir)?.verify(token, principal, policy)?;
     let row = engine.operation(job).await?;
     let spec = spec_of(&row)?;
+    // The signature binds both already; the spec recorded at registration
+    // says so again, so a job made under another principal or policy is
+    // never served even with a key that signed for both.
+    if spec.principal != principal || spec.policy != policy {
+        return Err(SuperviseError::Token(format!(
+            "job token {} is not valid here",
+            opledger_domain::quoted(token)
+        )));
+    }
     Ok((row, spec))
 }
 
@@ -311,6 +320,32 @@ pub async fn artifact_path<S: Store>(
         )))
         .into()),
     }
+}
+
+/// Whether an artifact being handed out may still be: its job is still
+/// succeeded with no cancel asked for, and the artifact has not expired.
+/// A service asks before every chunk it sends.
+pub async fn still_servable<S: Store>(
+    engine: &Engine<S>,
+    job: OperationId,
+    artifact: &Artifact,
+) -> Result<(), SuperviseError> {
+    if artifact.expires_at <= engine.now() {
+        return Err(SuperviseError::Gone(format!("the artifact of export {job} expired")));
+    }
+    let row = engine.operation(job).await?;
+    if row.status != OperationStatus::Succeeded || row.cancel_requested {
+        return Err(SuperviseError::Gone(format!(
+            "export {job} is {}{}: its artifact is no longer served",
+            row.status,
+            if row.cancel_requested {
+                " with a cancel asked for"
+            } else {
+                ""
+            }
+        )));
+    }
+    Ok(())
 }
 
 /// The JSON output a success records.

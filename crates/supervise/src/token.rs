@@ -103,12 +103,7 @@ impl Secret {
                 opledger_domain::quoted(token)
             ))
         };
-        let mut parts = token.split('.');
-        let (Some(PREFIX), Some(job), Some(signature), None) = (parts.next(), parts.next(), parts.next(), parts.next())
-        else {
-            return Err(refused());
-        };
-        let job: OperationId = job.parse().map_err(|_| refused())?;
+        let (job, signature) = split(token).ok_or_else(refused)?;
         // Compared in constant time: the MAC's own check.
         let mut mac = HmacSha256::new_from_slice(&self.0).expect("HMAC takes a key of any length");
         for part in [job.to_string().as_str(), principal, policy] {
@@ -121,6 +116,32 @@ impl Secret {
         }
         Ok(job)
     }
+}
+
+/// The job a token names and its signature, when it has a token's shape
+/// (`exp1.<operation>.<hex>`); nothing is verified.
+fn split(token: &str) -> Option<(OperationId, &str)> {
+    let mut parts = token.split('.');
+    let (Some(PREFIX), Some(job), Some(signature), None) = (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return None;
+    };
+    Some((job.parse().ok()?, signature))
+}
+
+/// Whether `token` has the shape of a job token, signed or not: a service
+/// answers text that is no token at all as malformed, and a token that
+/// does not verify as refused.
+pub fn is_token_shaped(token: &str) -> bool {
+    named_job(token).is_some()
+}
+
+/// The job a token-shaped text names, verified or not: only for a token
+/// that [`Secret::verify`] (or a function that calls it) accepted.
+pub fn named_job(token: &str) -> Option<OperationId> {
+    split(token)
+        .filter(|(_, signature)| from_hex(signature).is_some())
+        .map(|(job, _)| job)
 }
 
 pub(crate) fn hex(bytes: &[u8]) -> String {
@@ -157,5 +178,7 @@ mod tests {
         let forged = format!("{}{last}", &token[..token.len() - 1]);
         assert!(secret().verify(&forged, "alice", "rev-1").is_err());
         assert!(secret().verify("exp1.not-a-uuid.00", "alice", "rev-1").is_err());
+        assert!(is_token_shaped(&token) && is_token_shaped(&forged));
+        assert!(!is_token_shaped("exp1.not-a-uuid.00") && !is_token_shaped("opl-claim-none"));
     }
 }

@@ -12,6 +12,8 @@ pub mod claims;
 pub mod dashboard;
 pub mod docs;
 pub mod events;
+pub mod export_file;
+pub mod exports;
 pub mod health;
 pub mod kinds;
 pub mod media;
@@ -85,6 +87,11 @@ api! {
     post "/api/v1/claims/{token}/release" => claims::release,
     post "/api/v1/claims/{token}/ack-cancel" => claims::ack_cancel,
     post "/api/v1/reports" => reports::report_many,
+    post "/api/v1/exports" => exports::create,
+    get "/api/v1/exports/{token}" => exports::status,
+    delete "/api/v1/exports/{token}" => exports::cancel,
+    post "/api/v1/exports/{token}/downloads" => exports::downloads,
+    get "/api/v1/exports/{token}/file" => export_file::file,
     get "/api/v1/events" => events::events,
     get "/metrics" => metrics::metrics,
     get "/" => dashboard::index,
