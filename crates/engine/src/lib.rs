@@ -17,6 +17,7 @@ mod commands;
 mod describe;
 mod error;
 mod fold;
+mod idempotency;
 mod ingestion;
 mod integrity;
 mod kinds;
@@ -38,6 +39,7 @@ pub use commands::NewOperation;
 pub use describe::{Description, QUEUE_COUNT_LIMIT};
 pub use error::EngineError;
 pub use fold::{fold_events, FOLD_CHUNK};
+pub use idempotency::{RequestId, MAX_REQUEST_ID_BYTES, REQUEST_RETENTION_MS};
 pub use ingestion::{FileObservation, IngestionClaim, Registered, Registration};
 pub use integrity::IntegrityCheck;
 pub use kinds::{

@@ -23,9 +23,13 @@ impl<S: Store> Engine<S> {
         reason: &'a str,
     ) -> BoxFuture<'a, Result<TaskOutcome, EngineError>> {
         spawnable(async move {
+            let once = context.once(
+                "task.cancel",
+                serde_json::json!({"operation_id": operation_id, "reason": reason}),
+            );
             let stamp = self.stamp(context);
             let reason = reason.to_string();
-            self.command(move |tx, rows| {
+            self.command_once(once, move |tx, rows| {
                 Box::pin(async move {
                     let state = load_state(tx, rows, operation_id)
                         .await?
