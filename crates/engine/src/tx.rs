@@ -195,7 +195,7 @@ impl<R: Send + 'static> Decided<R> {
     /// The same appends, answering what `f` makes of this answer (a batch
     /// command's one answer, as a single command's). An error from `f`
     /// fails the whole command.
-    pub(crate) fn map<T>(self, f: impl FnOnce(R) -> Result<T, EngineError> + Send + 'static) -> Decided<T> {
+    pub(crate) fn map<T: Send + 'static>(self, f: impl FnOnce(R) -> Result<T, EngineError> + Send + 'static) -> Decided<T> {
         let Decided { appends, answer } = self;
         Decided {
             appends,

@@ -3,10 +3,10 @@
 //! in `opledger_testkit::faults::FaultyStore`, and each step of a
 //! scenario that runs every writing command (register, request, claim,
 //! heartbeat, progress, complete, fail, review resolve, recover, batch
-//! create / cancel / resume, cancel) is called with its k-th write
-//! transaction failing (k = 1..K, the transaction refused at its start or
-//! rolled back at its commit), then with every write failing, then with
-//! none. Each faulty call either fails with Unavailable and leaves no
+//! create / cancel / resume, cancel) is called with every write failing,
+//! then with its k-th write transaction failing (k = 1..K, the transaction
+//! refused at its start or rolled back at its commit) until a call
+//! succeeds. Each faulty call either fails with Unavailable and leaves no
 //! visible change (the log head, every projection row, every held claim)
 //! or succeeds; afterwards replay equals live, SQLite's
 //! `PRAGMA integrity_check` says `ok`, and no lease is held that no task's
@@ -67,13 +67,23 @@ impl<S: Store> Lab<S> {
         }
     }
 
-    /// Calls `step` with its k-th write failing (k = 1..=K, each fault
-    /// kind), then with every write failing, then without a fault; every
+    /// Calls `step` under persistent faults, then with its k-th write
+    /// failing (k = 1..=K, each fault kind) until a call succeeds: every
     /// faulty call must fail with Unavailable and change nothing, or
     /// succeed. Answers the first success.
     async fn step<'a, T>(&'a self, name: &str, step: impl Fn() -> BoxFuture<'a, Result<T, EngineError>>) -> T {
-        for fault in [Fault::Begin, Fault::Commit] {
-            for k in 1..=K {
+        let before = self.visible().await;
+        self.store.fail_every_write(Some(Fault::Commit));
+        let persistent = step().await;
+        self.store.clear();
+        assert!(
+            matches!(&persistent, Err(error) if error.is_store(ErrorKind::Unavailable)),
+            "{name} under persistent faults"
+        );
+        assert_eq!(self.visible().await, before, "{name} under persistent faults changed the ledger");
+        self.refused.fetch_add(1, Ordering::SeqCst);
+        for k in 1..=K {
+            for fault in [Fault::Begin, Fault::Commit] {
                 let before = self.visible().await;
                 let injected = self.store.injected();
                 self.store.fail_write(k, fault);
@@ -98,15 +108,6 @@ impl<S: Store> Lab<S> {
                 }
             }
         }
-        let before = self.visible().await;
-        self.store.fail_every_write(Some(Fault::Commit));
-        let persistent = step().await;
-        self.store.clear();
-        assert!(
-            matches!(&persistent, Err(error) if error.is_store(ErrorKind::Unavailable)),
-            "{name} under persistent faults"
-        );
-        assert_eq!(self.visible().await, before, "{name} under persistent faults changed the ledger");
         step().await.unwrap_or_else(|error| panic!("{name} without a fault: {error}"))
     }
 
@@ -205,8 +206,9 @@ async fn every_writing_command_under_single_and_persistent_faults_fails_cleanly_
     .await;
     let third = lab.claim("w3", 1_000).await;
     lab.clock.advance_millis(2_000);
+    let system = CommandContext::actor("system");
     let recovered = lab
-        .step("recover", || Box::pin(engine.recover(&CommandContext::actor("system"))))
+        .step("recover", || Box::pin(engine.recover(&system)))
         .await;
     assert_eq!(recovered.interrupted, 1);
     let _ = third;
@@ -234,6 +236,7 @@ async fn every_writing_command_under_single_and_persistent_faults_fails_cleanly_
     .await;
     let refused = lab.refused.load(Ordering::SeqCst);
     assert!(refused >= 40, "only {refused} faulty calls were refused");
+    println!("{refused} faulty calls failed and changed nothing");
 
     // The ledger is whole.
     let report = lab.engine.verify().await.unwrap();

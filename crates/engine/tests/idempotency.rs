@@ -234,8 +234,9 @@ async fn every_writing_command_retried_with_its_request_id_answers_its_first_res
     lab.engine.request_task(&context, thumbnail(a, 256)).await.unwrap();
     let claims = lab.engine.claim_tasks(&context, claim_one("w")).await.unwrap();
     let fail = with_id("w", "fail-a");
+    let fence = claims[0].fence();
     let (failed, appended) = lab
-        .through_ambiguous_failure(|| lab.engine.fail_task(&fail, &claims[0].fence(), "decoder crashed", true))
+        .through_ambiguous_failure(|| lab.engine.fail_task(&fail, &fence, "decoder crashed", true))
         .await;
     assert_eq!(failed.status, OperationStatus::FailedTerminal);
     assert!(appended >= 1);

@@ -190,8 +190,6 @@ async fn end_claims_in<T: WriteTx>(
     rows: &mut WorkingSet,
     reports: Vec<Report>,
 ) -> Result<Decided<Vec<Result<TaskOutcome, EngineError>>>, EngineError> {
-    {
-        {
                 let tokens: Vec<String> = reports.iter().map(|report| report.fence.claim_token.clone()).collect();
                 let leases = tx.leases(&tokens).await?;
                 let operation_ids: Vec<OperationId> = leases.iter().map(|lease| lease.operation_id).collect();
@@ -272,6 +270,4 @@ async fn end_claims_in<T: WriteTx>(
                         .map(|answer| TaskOutcome::in_rows(rows, answer?))
                         .collect())
                 }))
-        }
-    }
 }
