@@ -42,17 +42,35 @@ impl Ledger {
 }
 
 fn text(value: &Value) -> String {
-    value.as_str().unwrap_or_else(|| panic!("not a string: {value}")).to_string()
+    value
+        .as_str()
+        .unwrap_or_else(|| panic!("not a string: {value}"))
+        .to_string()
 }
 
 #[test]
 fn a_command_run_again_with_its_request_id_prints_the_first_result_and_appends_nothing() {
     let ledger = Ledger::new();
-    let added = ledger.ok(&["media", "add", "--path", "/photos/a.jpg", "--digest", &format!("sha256:{}", "a".repeat(64))]);
+    let added = ledger.ok(&[
+        "media",
+        "add",
+        "--path",
+        "/photos/a.jpg",
+        "--digest",
+        &format!("sha256:{}", "a".repeat(64)),
+    ]);
     let media = text(&added["media_id"]);
     let request = [
-        "task", "request", "--media", &media, "--kind", "thumbnail", "--inputs", r#"{"max_side":256,"format":"png"}"#,
-        "--request-id", "req-1",
+        "task",
+        "request",
+        "--media",
+        &media,
+        "--kind",
+        "thumbnail",
+        "--inputs",
+        r#"{"max_side":256,"format":"png"}"#,
+        "--request-id",
+        "req-1",
     ];
     let requested = ledger.ok(&request);
     assert_eq!(requested["created"], true);
@@ -61,7 +79,18 @@ fn a_command_run_again_with_its_request_id_prints_the_first_result_and_appends_n
     assert_eq!(ledger.ok(&request), requested);
     assert_eq!(ledger.head(), head);
 
-    let claim = ["task", "claim", "--kind", "thumbnail", "--worker", "sh-1", "--lease", "60", "--request-id", "claim-1"];
+    let claim = [
+        "task",
+        "claim",
+        "--kind",
+        "thumbnail",
+        "--worker",
+        "sh-1",
+        "--lease",
+        "60",
+        "--request-id",
+        "claim-1",
+    ];
     let claimed = ledger.ok(&claim);
     let token = text(&claimed["claim_token"]);
     let head = ledger.head();
@@ -69,7 +98,15 @@ fn a_command_run_again_with_its_request_id_prints_the_first_result_and_appends_n
     assert_eq!(again, claimed, "the retried claim prints the same claim");
     assert_eq!(ledger.head(), head);
 
-    let complete = ["task", "complete", &token, "--output", r#"{"path":"/t/a.png"}"#, "--request-id", "done-1"];
+    let complete = [
+        "task",
+        "complete",
+        &token,
+        "--output",
+        r#"{"path":"/t/a.png"}"#,
+        "--request-id",
+        "done-1",
+    ];
     let completed = ledger.ok(&complete);
     assert_eq!(completed["status"], "succeeded");
     let head = ledger.head();
@@ -80,13 +117,29 @@ fn a_command_run_again_with_its_request_id_prints_the_first_result_and_appends_n
     assert_exit(&without_id, 3);
 
     // The same id for another command: exit 3, naming the id, nothing written.
-    let reused = ledger.run(&["task", "cancel", &text(&requested["operation_id"]), "--request-id", "done-1"]);
+    let reused = ledger.run(&[
+        "task",
+        "cancel",
+        &text(&requested["operation_id"]),
+        "--request-id",
+        "done-1",
+    ]);
     assert_exit(&reused, 3);
-    assert!(String::from_utf8_lossy(&reused.stderr).contains("done-1"), "{}", describe(&reused));
+    assert!(
+        String::from_utf8_lossy(&reused.stderr).contains("done-1"),
+        "{}",
+        describe(&reused)
+    );
     assert_eq!(ledger.head(), head);
 
     // A bad id is refused before anything runs.
-    let bad = ledger.run(&["task", "cancel", &text(&requested["operation_id"]), "--request-id", "has space"]);
+    let bad = ledger.run(&[
+        "task",
+        "cancel",
+        &text(&requested["operation_id"]),
+        "--request-id",
+        "has space",
+    ]);
     assert_exit(&bad, 2);
     assert_eq!(ledger.head(), head);
     assert_exit(&ledger.run(&["replay", "--verify"]), 0);

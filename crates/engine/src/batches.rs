@@ -166,29 +166,29 @@ impl<S: Store> Engine<S> {
         // attempt created, not the id this attempt would have made.
         let batch_id = self
             .command_once(once, move |tx, rows| {
-            Box::pin(async move {
-                let (answers, mut appends) = request_in_tx(tx, rows, prepared, &stamp).await?;
-                let mut items = Vec::with_capacity(answers.len());
-                let mut untouched = Vec::new();
-                for (answer, label) in answers.into_iter().zip(labels) {
-                    let outcome = answer?;
-                    if !outcome.created {
-                        untouched.push(outcome.operation_id);
+                Box::pin(async move {
+                    let (answers, mut appends) = request_in_tx(tx, rows, prepared, &stamp).await?;
+                    let mut items = Vec::with_capacity(answers.len());
+                    let mut untouched = Vec::new();
+                    for (answer, label) in answers.into_iter().zip(labels) {
+                        let outcome = answer?;
+                        if !outcome.created {
+                            untouched.push(outcome.operation_id);
+                        }
+                        items.push(BatchItemSpec {
+                            operation_id: outcome.operation_id,
+                            label,
+                        });
                     }
-                    items.push(BatchItemSpec {
-                        operation_id: outcome.operation_id,
-                        label,
-                    });
-                }
-                appends.push(batch_creation(&stamp, batch_id, name, "tasks", kinds, items));
-                // The batch's items are read back by the settlements below.
-                commit_appends(tx, rows, appends).await?;
-                // Work the batch did not touch may be settled already.
-                let (_, settlements) = untouched_settlements(tx, rows, &stamp, batch_id, &untouched, true).await?;
-                Ok(Decided::answer(batch_id, settlements))
+                    appends.push(batch_creation(&stamp, batch_id, name, "tasks", kinds, items));
+                    // The batch's items are read back by the settlements below.
+                    commit_appends(tx, rows, appends).await?;
+                    // Work the batch did not touch may be settled already.
+                    let (_, settlements) = untouched_settlements(tx, rows, &stamp, batch_id, &untouched, true).await?;
+                    Ok(Decided::answer(batch_id, settlements))
+                })
             })
-        })
-        .await?;
+            .await?;
         self.batch(batch_id).await
     }
 

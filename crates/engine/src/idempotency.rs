@@ -171,7 +171,10 @@ mod tests {
         assert!(RequestId::new("x".repeat(MAX_REQUEST_ID_BYTES)).is_ok());
         for bad in ["", "has space", "tab\there", "é", &"x".repeat(MAX_REQUEST_ID_BYTES + 1)] {
             assert!(
-                matches!(RequestId::new(bad), Err(EngineError::Domain(DomainError::InvalidInput(_)))),
+                matches!(
+                    RequestId::new(bad),
+                    Err(EngineError::Domain(DomainError::InvalidInput(_)))
+                ),
                 "{bad:?} was accepted"
             );
         }
@@ -182,9 +185,21 @@ mod tests {
         let id = RequestId::new("r1").unwrap();
         let once = |actor, command, asked| Once::new(&id, actor, command, asked).fingerprint;
         let base = once("worker-1", "task.claim", json!({"limit": 1, "kinds": ["a"]}));
-        assert_eq!(base, once("worker-1", "task.claim", json!({"kinds": ["a"], "limit": 1})));
-        assert_ne!(base, once("worker-1", "task.claim", json!({"limit": 2, "kinds": ["a"]})));
-        assert_ne!(base, once("worker-1", "task.heartbeat", json!({"limit": 1, "kinds": ["a"]})));
-        assert_ne!(base, once("worker-2", "task.claim", json!({"limit": 1, "kinds": ["a"]})));
+        assert_eq!(
+            base,
+            once("worker-1", "task.claim", json!({"kinds": ["a"], "limit": 1}))
+        );
+        assert_ne!(
+            base,
+            once("worker-1", "task.claim", json!({"limit": 2, "kinds": ["a"]}))
+        );
+        assert_ne!(
+            base,
+            once("worker-1", "task.heartbeat", json!({"limit": 1, "kinds": ["a"]}))
+        );
+        assert_ne!(
+            base,
+            once("worker-2", "task.claim", json!({"limit": 1, "kinds": ["a"]}))
+        );
     }
 }

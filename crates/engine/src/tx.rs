@@ -195,7 +195,10 @@ impl<R: Send + 'static> Decided<R> {
     /// The same appends, answering what `f` makes of this answer (a batch
     /// command's one answer, as a single command's). An error from `f`
     /// fails the whole command.
-    pub(crate) fn map<T: Send + 'static>(self, f: impl FnOnce(R) -> Result<T, EngineError> + Send + 'static) -> Decided<T> {
+    pub(crate) fn map<T: Send + 'static>(
+        self,
+        f: impl FnOnce(R) -> Result<T, EngineError> + Send + 'static,
+    ) -> Decided<T> {
         let Decided { appends, answer } = self;
         Decided {
             appends,
@@ -265,7 +268,10 @@ where
             }
             let mut rows = WorkingSet::default();
             let decided = body(tx, &mut rows).await?;
-            debug_assert!(!liveness || decided.appends.is_empty(), "a liveness command appends nothing");
+            debug_assert!(
+                !liveness || decided.appends.is_empty(),
+                "a liveness command appends nothing"
+            );
             let answer = decided.settle(tx, &mut rows).await;
             if let Some(clock) = &clock {
                 clock.end();
@@ -391,7 +397,10 @@ impl<S: Store> Engine<S> {
     {
         match once {
             None => self.liveness_command(body).await,
-            Some(once) => self.liveness_command(remembered(once, self.clock.now(), true, body)).await,
+            Some(once) => {
+                self.liveness_command(remembered(once, self.clock.now(), true, body))
+                    .await
+            }
         }
     }
 

@@ -80,7 +80,11 @@ impl<S: Store> Lab<S> {
             matches!(&persistent, Err(error) if error.is_store(ErrorKind::Unavailable)),
             "{name} under persistent faults"
         );
-        assert_eq!(self.visible().await, before, "{name} under persistent faults changed the ledger");
+        assert_eq!(
+            self.visible().await,
+            before,
+            "{name} under persistent faults changed the ledger"
+        );
         self.refused.fetch_add(1, Ordering::SeqCst);
         for k in 1..=K {
             for fault in [Fault::Begin, Fault::Commit] {
@@ -95,8 +99,15 @@ impl<S: Store> Lab<S> {
                 }
                 match result {
                     Err(error) => {
-                        assert!(error.is_store(ErrorKind::Unavailable), "{name}, {fault:?} at write {k}: {error}");
-                        assert_eq!(self.visible().await, before, "{name}, {fault:?} at write {k} changed the ledger");
+                        assert!(
+                            error.is_store(ErrorKind::Unavailable),
+                            "{name}, {fault:?} at write {k}: {error}"
+                        );
+                        assert_eq!(
+                            self.visible().await,
+                            before,
+                            "{name}, {fault:?} at write {k} changed the ledger"
+                        );
                         self.refused.fetch_add(1, Ordering::SeqCst);
                     }
                     Ok(answer) => {
@@ -108,7 +119,9 @@ impl<S: Store> Lab<S> {
                 }
             }
         }
-        step().await.unwrap_or_else(|error| panic!("{name} without a fault: {error}"))
+        step()
+            .await
+            .unwrap_or_else(|error| panic!("{name} without a fault: {error}"))
     }
 
     async fn claim(&self, worker: &'static str, lease_ms: i64) -> TaskClaim {
@@ -145,9 +158,7 @@ fn thumbnail(media: MediaId) -> TaskRequest {
     }
 }
 
-async fn every_writing_command_under_single_and_persistent_faults_fails_cleanly_or_succeeds<B: Backend>(
-    backend: &B,
-) {
+async fn every_writing_command_under_single_and_persistent_faults_fails_cleanly_or_succeeds<B: Backend>(backend: &B) {
     let store = FaultyStore::new(backend.open().await);
     let clock = Arc::new(FixedClock::at(Timestamp::from_micros(T0)));
     let engine = Engine::with_clock(store.clone(), clock.clone(), Arc::new(SequentialIds::default()))
@@ -178,8 +189,7 @@ async fn every_writing_command_under_single_and_persistent_faults_fails_cleanly_
     // One task runs to success.
     let first = lab.claim("w1", 60_000).await;
     let fence = first.fence();
-    lab.step("heartbeat", || Box::pin(engine.heartbeat(&fence, None)))
-        .await;
+    lab.step("heartbeat", || Box::pin(engine.heartbeat(&fence, None))).await;
     let progress = || Progress {
         phase: "writing".into(),
         processed: 1,
@@ -207,9 +217,7 @@ async fn every_writing_command_under_single_and_persistent_faults_fails_cleanly_
     let third = lab.claim("w3", 1_000).await;
     lab.clock.advance_millis(2_000);
     let system = CommandContext::actor("system");
-    let recovered = lab
-        .step("recover", || Box::pin(engine.recover(&system)))
-        .await;
+    let recovered = lab.step("recover", || Box::pin(engine.recover(&system))).await;
     assert_eq!(recovered.interrupted, 1);
     let _ = third;
 
@@ -225,10 +233,14 @@ async fn every_writing_command_under_single_and_persistent_faults_fails_cleanly_
         .step("batch create", || Box::pin(engine.create_batch(context, request())))
         .await;
     let batch_id = batch.batch.batch_id;
-    lab.step("batch cancel", || Box::pin(engine.cancel_batch(context, batch_id, "wrong run")))
-        .await;
+    lab.step("batch cancel", || {
+        Box::pin(engine.cancel_batch(context, batch_id, "wrong run"))
+    })
+    .await;
     let resumed = lab
-        .step("batch resume", || Box::pin(engine.resume_batch(context, batch_id, "right run")))
+        .step("batch resume", || {
+            Box::pin(engine.resume_batch(context, batch_id, "right run"))
+        })
         .await;
     lab.step("cancel", || {
         engine.cancel_task(context, resumed.items[0].operation_id, "not needed")
@@ -257,7 +269,10 @@ async fn every_writing_command_under_single_and_persistent_faults_fails_cleanly_
         for row in lab.store.scan_table(table).await.unwrap() {
             if let Row::ProcessingState(state) = row {
                 if matches!(state.status, OperationStatus::Leased | OperationStatus::Running) {
-                    held.push((state.operation_id, state.claim_token.clone().expect("a held claim's token")));
+                    held.push((
+                        state.operation_id,
+                        state.claim_token.clone().expect("a held claim's token"),
+                    ));
                 }
             }
         }

@@ -201,14 +201,23 @@ async fn a_thousand_ambiguous_failures_leave_exactly_one_event_per_logical_comma
         };
         lab.engine.report_progress(&context, &fence, phase).await.unwrap();
         lab.engine
-            .complete_task(&context, &fence, Completion::Output(json!({"path": "/thumbs/control.png"})))
+            .complete_task(
+                &context,
+                &fence,
+                Completion::Output(json!({"path": "/thumbs/control.png"})),
+            )
             .await
             .unwrap();
         lab.timeline_types(requested.operation_id).await
     };
     assert_eq!(
         control,
-        ["operation_created", "operation_claimed", "operation_progressed", "operation_succeeded"]
+        [
+            "operation_created",
+            "operation_claimed",
+            "operation_progressed",
+            "operation_succeeded"
+        ]
     );
 
     let injected = lab.store.injected();
@@ -274,7 +283,11 @@ async fn every_writing_command_retried_with_its_request_id_answers_its_first_res
     let (created, _) = lab
         .through_ambiguous_failure(|| lab.engine.create_batch(&create, batch_request()))
         .await;
-    assert_eq!(lab.engine.batches(false).await.unwrap().len(), 1, "the retry made a second batch");
+    assert_eq!(
+        lab.engine.batches(false).await.unwrap().len(),
+        1,
+        "the retry made a second batch"
+    );
     let batch_id = created.batch.batch_id;
     let cancel_batch = with_id("support", "batch-b-cancel");
     let (cancelled, _) = lab
@@ -290,7 +303,10 @@ async fn every_writing_command_retried_with_its_request_id_answers_its_first_res
     // A request id names one command: the same id with other arguments,
     // or for another command, is a conflict naming it, and writes nothing.
     let head = lab.head().await;
-    let reused = lab.engine.request_task(&with_id("scheduler", "fail-a"), thumbnail(b, 512)).await;
+    let reused = lab
+        .engine
+        .request_task(&with_id("scheduler", "fail-a"), thumbnail(b, 512))
+        .await;
     assert!(
         matches!(&reused, Err(EngineError::Domain(DomainError::Conflict(message))) if message.contains("fail-a")),
         "{reused:?}"
@@ -310,7 +326,10 @@ async fn every_writing_command_retried_with_its_request_id_answers_its_first_res
         .engine
         .request_tasks(&with_id("scheduler", "many"), vec![thumbnail(b, 512)])
         .await;
-    assert!(matches!(many, Err(EngineError::Domain(DomainError::InvalidInput(_)))), "{many:?}");
+    assert!(
+        matches!(many, Err(EngineError::Domain(DomainError::InvalidInput(_)))),
+        "{many:?}"
+    );
     lab.assert_replay_agrees().await;
 }
 

@@ -25,7 +25,13 @@ async fn one_item<S: Store>(service: &Service<S>) -> String {
         .await
         .unwrap();
     engine
-        .register_media(&context, "/test/a.jpg", "image", Some(format!("sha256:{:064x}", 1)), Some(1_000))
+        .register_media(
+            &context,
+            "/test/a.jpg",
+            "image",
+            Some(format!("sha256:{:064x}", 1)),
+            Some(1_000),
+        )
         .await
         .unwrap()
         .to_string()
@@ -54,7 +60,10 @@ async fn a_request_retried_with_its_key_answers_its_first_result<B: Backend>(bac
         "request-1",
     )
     .await;
-    assert_eq!(requested["created"], true, "the retry answers the first attempt's `created`");
+    assert_eq!(
+        requested["created"], true,
+        "the retry answers the first attempt's `created`"
+    );
 
     let claimed = twice(
         &service,
@@ -63,7 +72,10 @@ async fn a_request_retried_with_its_key_answers_its_first_result<B: Backend>(bac
         "claim-1",
     )
     .await;
-    let token = claimed["claims"][0]["claim_token"].as_str().expect("a claim").to_string();
+    let token = claimed["claims"][0]["claim_token"]
+        .as_str()
+        .expect("a claim")
+        .to_string();
     let done = twice(
         &service,
         &format!("/api/v1/claims/{token}/complete"),
@@ -76,14 +88,24 @@ async fn a_request_retried_with_its_key_answers_its_first_result<B: Backend>(bac
     // The key of the completion, for a request: 409, nothing written.
     let at = head(&service).await;
     let reused = service
-        .post_keyed("/api/v1/tasks", As::Worker, json!({"media_id": media, "kind": "thumbnail"}), "complete-1")
+        .post_keyed(
+            "/api/v1/tasks",
+            As::Worker,
+            json!({"media_id": media, "kind": "thumbnail"}),
+            "complete-1",
+        )
         .await;
     assert_eq!(reused.status, 409, "{reused:?}");
     assert_eq!(head(&service).await, at);
 
     // A key that is not 1 to 200 visible ASCII characters: 400.
     let bad = service
-        .post_keyed("/api/v1/tasks", As::Worker, json!({"media_id": media, "kind": "thumbnail"}), "a b")
+        .post_keyed(
+            "/api/v1/tasks",
+            As::Worker,
+            json!({"media_id": media, "kind": "thumbnail"}),
+            "a b",
+        )
         .await;
     assert_eq!(bad.status, 400, "{bad:?}");
     // The many-item routes take no key: 422.
@@ -98,10 +120,16 @@ async fn a_claim_under_a_key_that_found_nothing_takes_work_that_arrives_later<B:
     let service = start(backend).await;
     let media = one_item(&service).await;
     let body = json!({"worker": "w1", "kinds": ["metadata"], "lease_ms": 60_000});
-    let empty = service.post_keyed("/api/v1/claims", As::Worker, body.clone(), "poll-1").await;
+    let empty = service
+        .post_keyed("/api/v1/claims", As::Worker, body.clone(), "poll-1")
+        .await;
     assert_eq!(empty.body["claims"], json!([]), "{empty:?}");
     let requested = service
-        .post("/api/v1/tasks", As::Worker, json!({"media_id": media, "kind": "metadata"}))
+        .post(
+            "/api/v1/tasks",
+            As::Worker,
+            json!({"media_id": media, "kind": "metadata"}),
+        )
         .await;
     assert_eq!(requested.status, 200, "{requested:?}");
     let claimed = twice(&service, "/api/v1/claims", body, "poll-1").await;

@@ -23,16 +23,16 @@ pub(crate) async fn command_record(
     .fetch_optional(conn)
     .await
     .map_err(|error| map(error, "reading a recorded command"))?;
-    Ok(
-        row.map(|(request_id, command, fingerprint, answer, first, last, recorded_at)| CommandRecord {
+    Ok(row.map(
+        |(request_id, command, fingerprint, answer, first, last, recorded_at)| CommandRecord {
             request_id,
             command,
             fingerprint,
             answer,
             seqs: first.zip(last),
             recorded_at: Timestamp::from_datetime(recorded_at),
-        }),
-    )
+        },
+    ))
 }
 
 pub(crate) async fn record_command(conn: &mut PgConnection, record: &CommandRecord) -> Result<(), StoreError> {

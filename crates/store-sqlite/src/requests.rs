@@ -23,23 +23,35 @@ const FORGET: &str = "DELETE FROM command_requests WHERE request_id IN \
 pub(crate) fn command_record(connection: &Connection, request_id: &str) -> Result<Option<CommandRecord>, StoreError> {
     let context = "reading a recorded command";
     let mut found = None;
-    select(connection, SELECT, &[Cell::Text(request_id.to_string())], context, |row| {
-        let get_text = |index: usize| row.get::<_, String>(index).map_err(|error| map_rusqlite(error, context));
-        let get_seq = |index: usize| row.get::<_, Option<i64>>(index).map_err(|error| map_rusqlite(error, context));
-        let seqs = match (get_seq(4)?, get_seq(5)?) {
-            (Some(first), Some(last)) => Some((first, last)),
-            _ => None,
-        };
-        found = Some(CommandRecord {
-            request_id: get_text(0)?,
-            command: get_text(1)?,
-            fingerprint: get_text(2)?,
-            answer: get_text(3)?,
-            seqs,
-            recorded_at: Timestamp::parse(&get_text(6)?).map_err(StoreError::corrupt)?,
-        });
-        Ok(())
-    })?;
+    select(
+        connection,
+        SELECT,
+        &[Cell::Text(request_id.to_string())],
+        context,
+        |row| {
+            let get_text = |index: usize| {
+                row.get::<_, String>(index)
+                    .map_err(|error| map_rusqlite(error, context))
+            };
+            let get_seq = |index: usize| {
+                row.get::<_, Option<i64>>(index)
+                    .map_err(|error| map_rusqlite(error, context))
+            };
+            let seqs = match (get_seq(4)?, get_seq(5)?) {
+                (Some(first), Some(last)) => Some((first, last)),
+                _ => None,
+            };
+            found = Some(CommandRecord {
+                request_id: get_text(0)?,
+                command: get_text(1)?,
+                fingerprint: get_text(2)?,
+                answer: get_text(3)?,
+                seqs,
+                recorded_at: Timestamp::parse(&get_text(6)?).map_err(StoreError::corrupt)?,
+            });
+            Ok(())
+        },
+    )?;
     Ok(found)
 }
 
@@ -65,7 +77,11 @@ pub(crate) fn record_command(connection: &Connection, record: &CommandRecord) ->
     .map(|_| ())
 }
 
-pub(crate) fn forget_commands(connection: &Connection, recorded_before: Timestamp, limit: usize) -> Result<u64, StoreError> {
+pub(crate) fn forget_commands(
+    connection: &Connection,
+    recorded_before: Timestamp,
+    limit: usize,
+) -> Result<u64, StoreError> {
     execute_with(
         connection,
         FORGET,

@@ -6,8 +6,8 @@
 
 use super::{load_claimed, stale_claim, state_append};
 use crate::error::EngineError;
-use crate::load::{all_kinds, undeclared};
 use crate::idempotency::RequestId;
+use crate::load::{all_kinds, undeclared};
 use crate::tx::{spawnable, CommandContext, Decided};
 use crate::Engine;
 use opledger_domain::projections::{state_locations, Row, MEDIA_TABLE, REGIONS_TABLE};

@@ -74,7 +74,9 @@ impl<S: Store> Engine<S> {
         hook: Option<&RecoveryHook>,
     ) -> Result<RecoveryReport, EngineError> {
         let now = self.clock.now();
-        let mut report = self.interrupt_claims(context, now, hook, &Gone::Expired { now }).await?;
+        let mut report = self
+            .interrupt_claims(context, now, hook, &Gone::Expired { now })
+            .await?;
         // The claims' outcomes are committed: a sweep that fails does not
         // make the pass a failure (its caller would think nothing was
         // done); the next pass sweeps what this one left.

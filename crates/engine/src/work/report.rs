@@ -8,15 +8,15 @@
 
 use super::{load_states, stale_claim, state_append, state_in, TaskOutcome};
 use crate::error::EngineError;
-use crate::load::load_kinds;
 use crate::idempotency::asked_outcome;
+use crate::load::load_kinds;
 use crate::tx::{spawnable, CommandContext, Decided, Stamp};
 use crate::Engine;
 use opledger_domain::events::{Event, OperationProgressed};
+use opledger_domain::projections::WorkingSet;
 use opledger_domain::tasks::RetryPolicy;
 use opledger_domain::work::{self, ClaimOutcome, Completion, Fence};
 use opledger_domain::{DomainError, OperationId};
-use opledger_domain::projections::WorkingSet;
 use opledger_store::{BoxFuture, Store, WriteTx};
 use serde_json::json;
 
@@ -127,7 +127,9 @@ impl<S: Store> Engine<S> {
     ) -> BoxFuture<'a, Result<Vec<Result<TaskOutcome, EngineError>>, EngineError>> {
         spawnable(async move {
             for report in &reports {
-                report.context.refuse_request_id("reporting many outcomes in one call")?;
+                report
+                    .context
+                    .refuse_request_id("reporting many outcomes in one call")?;
             }
             let reports = reports
                 .into_iter()
@@ -177,7 +179,8 @@ impl<S: Store> Engine<S> {
 
     /// Ends many claims in one transaction: [`end_claims_in`].
     async fn end_claims(&self, reports: Vec<Report>) -> Result<Vec<Result<TaskOutcome, EngineError>>, EngineError> {
-        self.command(move |tx, rows| Box::pin(end_claims_in(tx, rows, reports))).await
+        self.command(move |tx, rows| Box::pin(end_claims_in(tx, rows, reports)))
+            .await
     }
 }
 
@@ -190,84 +193,83 @@ async fn end_claims_in<T: WriteTx>(
     rows: &mut WorkingSet,
     reports: Vec<Report>,
 ) -> Result<Decided<Vec<Result<TaskOutcome, EngineError>>>, EngineError> {
-                let tokens: Vec<String> = reports.iter().map(|report| report.fence.claim_token.clone()).collect();
-                let leases = tx.leases(&tokens).await?;
-                let operation_ids: Vec<OperationId> = leases.iter().map(|lease| lease.operation_id).collect();
-                load_states(tx, rows, &operation_ids).await?;
-                // Failures retry as their kind declares; only they need it.
-                let failing: Vec<String> = reports
-                    .iter()
-                    .filter(|report| matches!(report.outcome, ClaimOutcome::Fail { .. }))
-                    .filter_map(|report| {
-                        leases
-                            .iter()
-                            .find(|lease| lease.claim_token == report.fence.claim_token)
-                    })
-                    .filter_map(|lease| state_in(rows, lease.operation_id))
-                    .map(|state| state.task_kind)
-                    .collect();
-                let kinds = if failing.is_empty() {
-                    Default::default()
-                } else {
-                    load_kinds(tx, rows, failing.iter().map(String::as_str)).await?
-                };
-                let mut answers: Vec<Result<OperationId, EngineError>> = Vec::with_capacity(reports.len());
-                let mut appends = Vec::new();
-                let mut touched: Vec<OperationId> = Vec::new();
-                for report in reports {
-                    let Report {
-                        fence,
-                        stamp,
-                        outcome,
-                        jitter_draw,
-                    } = report;
-                    let decided = (|| {
-                        let stale = || stale_claim(&fence);
-                        let lease = leases
-                            .iter()
-                            .find(|lease| lease.claim_token == fence.claim_token)
-                            .ok_or_else(stale)?;
-                        let state = state_in(rows, lease.operation_id).ok_or_else(stale)?;
-                        if touched.contains(&state.operation_id) {
-                            return Err(EngineError::Domain(DomainError::Conflict(format!(
-                                "claim {} is reported twice in one batch",
-                                fence.claim_token
-                            ))));
-                        }
-                        let policy = kinds
-                            .get(&state.task_kind)
-                            .and_then(|row| row.declaration.as_ref())
-                            .map_or(RetryPolicy::DEFAULT, |declaration| declaration.retry);
-                        let outcome_events =
-                            work::decide_report(&state, &fence, outcome, &policy, stamp.recorded_at, jitter_draw)?;
-                        let mut events = Vec::with_capacity(outcome_events.len() + 1);
-                        if lease.progress_unrecorded {
-                            if let (Some(phase), Some(processed)) = (lease.phase.clone(), lease.processed) {
-                                events.push(stamp.event(Event::OperationProgressed(OperationProgressed {
-                                    operation_id: state.operation_id,
-                                    phase,
-                                    processed,
-                                    total: lease.total,
-                                })));
-                            }
-                        }
-                        events.extend(outcome_events.into_iter().map(|event| stamp.event(event)));
-                        Ok((state, events))
-                    })();
-                    match decided {
-                        Ok((state, events)) => {
-                            tx.delete_lease(&fence.claim_token).await?;
-                            touched.push(state.operation_id);
-                            appends.push(state_append(&state, events));
-                            answers.push(Ok(state.operation_id));
-                        }
-                        Err(error) => answers.push(Err(error)),
-                    }
+    let tokens: Vec<String> = reports.iter().map(|report| report.fence.claim_token.clone()).collect();
+    let leases = tx.leases(&tokens).await?;
+    let operation_ids: Vec<OperationId> = leases.iter().map(|lease| lease.operation_id).collect();
+    load_states(tx, rows, &operation_ids).await?;
+    // Failures retry as their kind declares; only they need it.
+    let failing: Vec<String> = reports
+        .iter()
+        .filter(|report| matches!(report.outcome, ClaimOutcome::Fail { .. }))
+        .filter_map(|report| {
+            leases
+                .iter()
+                .find(|lease| lease.claim_token == report.fence.claim_token)
+        })
+        .filter_map(|lease| state_in(rows, lease.operation_id))
+        .map(|state| state.task_kind)
+        .collect();
+    let kinds = if failing.is_empty() {
+        Default::default()
+    } else {
+        load_kinds(tx, rows, failing.iter().map(String::as_str)).await?
+    };
+    let mut answers: Vec<Result<OperationId, EngineError>> = Vec::with_capacity(reports.len());
+    let mut appends = Vec::new();
+    let mut touched: Vec<OperationId> = Vec::new();
+    for report in reports {
+        let Report {
+            fence,
+            stamp,
+            outcome,
+            jitter_draw,
+        } = report;
+        let decided = (|| {
+            let stale = || stale_claim(&fence);
+            let lease = leases
+                .iter()
+                .find(|lease| lease.claim_token == fence.claim_token)
+                .ok_or_else(stale)?;
+            let state = state_in(rows, lease.operation_id).ok_or_else(stale)?;
+            if touched.contains(&state.operation_id) {
+                return Err(EngineError::Domain(DomainError::Conflict(format!(
+                    "claim {} is reported twice in one batch",
+                    fence.claim_token
+                ))));
+            }
+            let policy = kinds
+                .get(&state.task_kind)
+                .and_then(|row| row.declaration.as_ref())
+                .map_or(RetryPolicy::DEFAULT, |declaration| declaration.retry);
+            let outcome_events = work::decide_report(&state, &fence, outcome, &policy, stamp.recorded_at, jitter_draw)?;
+            let mut events = Vec::with_capacity(outcome_events.len() + 1);
+            if lease.progress_unrecorded {
+                if let (Some(phase), Some(processed)) = (lease.phase.clone(), lease.processed) {
+                    events.push(stamp.event(Event::OperationProgressed(OperationProgressed {
+                        operation_id: state.operation_id,
+                        phase,
+                        processed,
+                        total: lease.total,
+                    })));
                 }
-                Ok(Decided::then(appends, move |rows, _| {
-                    Ok(answers
-                        .into_iter()
-                        .map(|answer| TaskOutcome::in_rows(rows, answer?))
-                        .collect())
-                }))
+            }
+            events.extend(outcome_events.into_iter().map(|event| stamp.event(event)));
+            Ok((state, events))
+        })();
+        match decided {
+            Ok((state, events)) => {
+                tx.delete_lease(&fence.claim_token).await?;
+                touched.push(state.operation_id);
+                appends.push(state_append(&state, events));
+                answers.push(Ok(state.operation_id));
+            }
+            Err(error) => answers.push(Err(error)),
+        }
+    }
+    Ok(Decided::then(appends, move |rows, _| {
+        Ok(answers
+            .into_iter()
+            .map(|answer| TaskOutcome::in_rows(rows, answer?))
+            .collect())
+    }))
 }
