@@ -7,7 +7,7 @@ use crate::UsageError;
 use opledger_domain::projections::{BatchItemRow, BatchRow, CapabilityRow, ReviewRow};
 use opledger_domain::review::ReviewAction;
 use opledger_domain::MediaId;
-use opledger_engine::{BatchPage, BatchRequest, BatchSummary, BatchView, CommandContext, Engine, Listing};
+use opledger_engine::{BatchPage, BatchRequest, BatchSummary, BatchView, Engine, Listing};
 use opledger_store::Store;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -20,11 +20,10 @@ fn print_json(value: &Value) {
 }
 
 pub async fn batch<S: Store>(engine: &Engine<S>, command: &BatchCommand, as_json: bool) -> anyhow::Result<()> {
-    let context = CommandContext::actor("cli");
     match command {
         BatchCommand::Create(args) => {
             let request = batch_request(args)?;
-            let view = engine.create_batch(&context, request).await?;
+            let view = engine.create_batch(&args.retry.context("cli"), request).await?;
             show(&view, as_json);
         }
         BatchCommand::Show { batch_id, page } => {
@@ -52,12 +51,22 @@ pub async fn batch<S: Store>(engine: &Engine<S>, command: &BatchCommand, as_json
                 next_line(&page.next);
             }
         }
-        BatchCommand::Cancel { batch_id, reason } => {
-            show(&engine.cancel_batch(&context, *batch_id, reason).await?, as_json)
-        }
-        BatchCommand::Resume { batch_id, reason } => {
-            show(&engine.resume_batch(&context, *batch_id, reason).await?, as_json)
-        }
+        BatchCommand::Cancel {
+            batch_id,
+            reason,
+            retry,
+        } => show(
+            &engine.cancel_batch(&retry.context("cli"), *batch_id, reason).await?,
+            as_json,
+        ),
+        BatchCommand::Resume {
+            batch_id,
+            reason,
+            retry,
+        } => show(
+            &engine.resume_batch(&retry.context("cli"), *batch_id, reason).await?,
+            as_json,
+        ),
     }
     Ok(())
 }
@@ -260,7 +269,7 @@ pub async fn review<S: Store>(engine: &Engine<S>, command: &ReviewCommand, as_js
             };
             let entry = engine
                 .resolve_review(
-                    &CommandContext::actor("cli"),
+                    &args.retry.context("cli"),
                     entry_id,
                     action,
                     args.revision.clone(),

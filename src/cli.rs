@@ -2,7 +2,7 @@
 
 use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
 use opledger_domain::{BatchId, MediaId, OperationId, RegionId};
-use opledger_engine::{MAX_CLAIM_BATCH, MAX_LEASE_MS};
+use opledger_engine::{CommandContext, RequestId, MAX_CLAIM_BATCH, MAX_LEASE_MS};
 use std::path::PathBuf;
 
 /// An event-sourced operations ledger for media pipelines.
@@ -451,6 +451,34 @@ pub struct RequestArgs {
     /// Higher runs first.
     #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
     pub priority: i32,
+    #[command(flatten)]
+    pub retry: RetryArgs,
+}
+
+/// The request id of a writing command a caller may retry.
+#[derive(Debug, Clone, Default, Args)]
+pub struct RetryArgs {
+    /// Names this command for its retries (1-200 visible ASCII characters,
+    /// e.g. a UUID): run again with the same id, after a timeout or a lost
+    /// answer, it prints the first run's result and records nothing more;
+    /// the same id for another command exits 3. Kept 7 days.
+    #[arg(long, value_name = "ID", value_parser = request_id)]
+    pub request_id: Option<RequestId>,
+}
+
+impl RetryArgs {
+    /// `actor`'s command context, carrying the request id when given.
+    pub fn context(&self, actor: impl Into<String>) -> CommandContext {
+        let context = CommandContext::actor(actor);
+        match &self.request_id {
+            Some(request_id) => context.with_request_id(request_id.clone()),
+            None => context,
+        }
+    }
+}
+
+fn request_id(text: &str) -> Result<RequestId, String> {
+    RequestId::new(text).map_err(|error| error.to_string())
 }
 
 #[derive(Debug, Args)]
@@ -467,6 +495,8 @@ pub struct ClaimArgs {
     /// How many tasks to take at most; above 1 the answer is `{"claims": [...]}`.
     #[arg(long, default_value_t = 1, value_parser = claim_limit, allow_negative_numbers = true)]
     pub limit: usize,
+    #[command(flatten)]
+    pub retry: RetryArgs,
 }
 
 /// The claim a worker reports on.
@@ -481,6 +511,8 @@ pub struct TokenArgs {
     /// Recorded as the actor of any event this report appends (default `cli`).
     #[arg(long)]
     pub worker: Option<String>,
+    #[command(flatten)]
+    pub retry: RetryArgs,
 }
 
 #[derive(Debug, Args)]
@@ -547,6 +579,8 @@ pub struct CancelArgs {
     /// Why, recorded on the timeline.
     #[arg(long, value_name = "TEXT")]
     pub reason: Option<String>,
+    #[command(flatten)]
+    pub retry: RetryArgs,
 }
 
 #[derive(Debug, Args)]
@@ -738,12 +772,16 @@ pub enum BatchCommand {
         batch_id: BatchId,
         #[arg(long, default_value = "")]
         reason: String,
+        #[command(flatten)]
+        retry: RetryArgs,
     },
     /// Run a batch's failed and cancelled items again, in the same batch.
     Resume {
         batch_id: BatchId,
         #[arg(long, default_value = "")]
         reason: String,
+        #[command(flatten)]
+        retry: RetryArgs,
     },
 }
 
@@ -764,6 +802,8 @@ pub struct BatchCreateArgs {
     /// Higher runs first.
     #[arg(long, default_value_t = 0)]
     pub priority: i32,
+    #[command(flatten)]
+    pub retry: RetryArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -815,6 +855,9 @@ pub struct ResolveArgs {
     /// With --all: resolve at most this many entries.
     #[arg(long, conflicts_with = "entry_id", value_parser = clap::value_parser!(u64).range(1..))]
     pub limit: Option<u64>,
+    /// With --all, each entry's resolution is recorded under `ID/ENTRY`.
+    #[command(flatten)]
+    pub retry: RetryArgs,
 }
 
 fn reason_code(text: &str) -> Result<opledger_domain::review::ReasonCode, String> {

@@ -4,7 +4,7 @@
 use crate::cli::ResolveArgs;
 use crate::output::print_json;
 use opledger_domain::review::ReviewAction;
-use opledger_engine::{BulkResolution, CommandContext, Engine, ReviewFilter};
+use opledger_engine::{BulkResolution, Engine, ReviewFilter};
 use opledger_store::Store;
 use serde_json::json;
 
@@ -22,7 +22,7 @@ pub async fn resolve_all<S: Store>(
     let limit = args.limit.map(|limit| usize::try_from(limit).unwrap_or(usize::MAX));
     let report = engine
         .resolve_reviews(
-            &CommandContext::actor("cli"),
+            &args.retry.context("cli"),
             &filter,
             action,
             &args.reason,

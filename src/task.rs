@@ -24,7 +24,11 @@ pub async fn run<S: Store>(engine: &Engine<S>, command: &TaskCommand, as_json: b
         TaskCommand::Claim(args) => claim(engine, args, as_json).await,
         TaskCommand::Heartbeat(args) => {
             let outcome = engine
-                .heartbeat(&fence(&args.claim), args.lease.map(|seconds| seconds * 1_000))
+                .heartbeat_once(
+                    args.claim.retry.request_id.as_ref(),
+                    &fence(&args.claim),
+                    args.lease.map(|seconds| seconds * 1_000),
+                )
                 .await?;
             output::heartbeat(&outcome, as_json);
             Ok(())
@@ -52,7 +56,7 @@ pub async fn run<S: Store>(engine: &Engine<S>, command: &TaskCommand, as_json: b
         TaskCommand::Cancel(args) => {
             let reason = args.reason.as_deref().unwrap_or("");
             let outcome = engine
-                .cancel_task(&CommandContext::actor("cli"), args.operation_id, reason)
+                .cancel_task(&args.retry.context("cli"), args.operation_id, reason)
                 .await?;
             output::cancelled(&outcome, as_json);
             Ok(())
@@ -94,7 +98,9 @@ fn fence(claim: &TokenArgs) -> Fence {
 
 /// Reports are recorded as the worker's when it names itself.
 fn context(claim: &TokenArgs) -> CommandContext {
-    CommandContext::actor(claim.worker.clone().unwrap_or_else(|| "cli".to_string()))
+    claim
+        .retry
+        .context(claim.worker.clone().unwrap_or_else(|| "cli".to_string()))
 }
 
 /// A JSON flag's value (`-` reads stdin), refused with the flag's name.
@@ -125,7 +131,7 @@ async fn request<S: Store>(engine: &Engine<S>, args: &RequestArgs, as_json: bool
     };
     let outcome = engine
         .request_task(
-            &CommandContext::actor("cli"),
+            &args.retry.context("cli"),
             TaskRequest {
                 target,
                 kind: args.kind.clone(),
@@ -157,7 +163,7 @@ async fn claim<S: Store>(engine: &Engine<S>, args: &ClaimArgs, as_json: bool) ->
     }
     let claims = engine
         .claim_tasks(
-            &CommandContext::actor(args.worker.clone()),
+            &args.retry.context(args.worker.clone()),
             ClaimRequest {
                 kinds: args.kinds.clone(),
                 worker: args.worker.clone(),

@@ -12,6 +12,7 @@
 //! (`opledger_domain::batches::is_active`).
 
 use crate::error::EngineError;
+use crate::idempotency::Once;
 use crate::load::load_operations;
 use crate::reactions::settlement_reason;
 use crate::tx::{commit_appends, CommandContext, Decided, Stamp};
@@ -27,7 +28,7 @@ use opledger_domain::projections::{
 use opledger_domain::{BatchId, MediaId, NewEvent, OperationId, StreamId};
 use opledger_store::{ExpectedVersion, Store, StreamAppend, WriteTx};
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Items per `batch_items_added` event: the set is fixed at creation, but
@@ -99,6 +100,16 @@ impl<S: Store> Engine<S> {
                 "a batch holds at most {MAX_BATCH_ITEMS} items"
             )));
         }
+        let once = context.once(
+            "batch.create",
+            json!({
+                "name": name,
+                "media": media,
+                "kinds": kinds,
+                "inputs": request.inputs,
+                "priority": request.priority,
+            }),
+        );
         let mut requests = Vec::with_capacity(media.len() * kinds.len());
         for media_id in &media {
             for kind in &kinds {
@@ -115,7 +126,7 @@ impl<S: Store> Engine<S> {
                 });
             }
         }
-        self.create_task_batch(context, name, kinds, requests).await
+        self.create_task_batch_once(context, once, name, kinds, requests).await
     }
 
     /// Creates a batch of these task requests (each at its own inputs),
@@ -123,6 +134,20 @@ impl<S: Store> Engine<S> {
     pub(crate) async fn create_task_batch(
         &self,
         context: &CommandContext,
+        name: String,
+        kinds: Vec<String>,
+        requests: Vec<TaskRequest>,
+    ) -> Result<BatchView, EngineError> {
+        context.refuse_request_id("creating a batch of task requests")?;
+        self.create_task_batch_once(context, None, name, kinds, requests).await
+    }
+
+    /// [`Engine::create_task_batch`] recorded as `once`: a retry answers
+    /// the batch the first attempt created (as it stands now).
+    async fn create_task_batch_once(
+        &self,
+        context: &CommandContext,
+        once: Option<Once>,
         name: String,
         kinds: Vec<String>,
         requests: Vec<TaskRequest>,
@@ -137,30 +162,33 @@ impl<S: Store> Engine<S> {
         let prepared = self.prepare_requests(requests);
         let batch_id = BatchId(self.ids.next());
         let stamp = self.stamp(&batch_context(context, batch_id));
-        self.stamped(stamp, move |tx, rows, stamp| {
-            Box::pin(async move {
-                let (answers, mut appends) = request_in_tx(tx, rows, prepared, &stamp).await?;
-                let mut items = Vec::with_capacity(answers.len());
-                let mut untouched = Vec::new();
-                for (answer, label) in answers.into_iter().zip(labels) {
-                    let outcome = answer?;
-                    if !outcome.created {
-                        untouched.push(outcome.operation_id);
+        // The answer is the batch's id: a retry reads the batch the first
+        // attempt created, not the id this attempt would have made.
+        let batch_id = self
+            .stamped_once(once, stamp, move |tx, rows, stamp| {
+                Box::pin(async move {
+                    let (answers, mut appends) = request_in_tx(tx, rows, prepared, &stamp).await?;
+                    let mut items = Vec::with_capacity(answers.len());
+                    let mut untouched = Vec::new();
+                    for (answer, label) in answers.into_iter().zip(labels) {
+                        let outcome = answer?;
+                        if !outcome.created {
+                            untouched.push(outcome.operation_id);
+                        }
+                        items.push(BatchItemSpec {
+                            operation_id: outcome.operation_id,
+                            label,
+                        });
                     }
-                    items.push(BatchItemSpec {
-                        operation_id: outcome.operation_id,
-                        label,
-                    });
-                }
-                appends.push(batch_creation(&stamp, batch_id, name, "tasks", kinds, items));
-                // The batch's items are read back by the settlements below.
-                commit_appends(tx, rows, appends).await?;
-                // Work the batch did not touch may be settled already.
-                let (_, settlements) = untouched_settlements(tx, rows, &stamp, batch_id, &untouched, true).await?;
-                Ok(Decided::answer((), settlements))
+                    appends.push(batch_creation(&stamp, batch_id, name, "tasks", kinds, items));
+                    // The batch's items are read back by the settlements below.
+                    commit_appends(tx, rows, appends).await?;
+                    // Work the batch did not touch may be settled already.
+                    let (_, settlements) = untouched_settlements(tx, rows, &stamp, batch_id, &untouched, true).await?;
+                    Ok(Decided::answer(batch_id, settlements))
+                })
             })
-        })
-        .await?;
+            .await?;
         self.batch(batch_id).await
     }
 
@@ -265,8 +293,9 @@ impl<S: Store> Engine<S> {
         reason: &str,
     ) -> Result<BatchView, EngineError> {
         let reason = non_empty(reason, "batch cancelled");
+        let once = context.once("batch.cancel", json!({"batch_id": batch_id, "reason": reason}));
         let stamp = self.stamp(&batch_context(context, batch_id));
-        self.stamped(stamp, move |tx, rows, stamp| {
+        self.stamped_once(once, stamp, move |tx, rows, stamp| {
             Box::pin(async move {
                 let (batch, items) = load_batch(tx, rows, batch_id).await?;
                 if !is_active(&batch.progress) {
@@ -317,8 +346,9 @@ impl<S: Store> Engine<S> {
         reason: &str,
     ) -> Result<BatchView, EngineError> {
         let reason = non_empty(reason, "batch resumed");
+        let once = context.once("batch.resume", json!({"batch_id": batch_id, "reason": reason}));
         let stamp = self.stamp(&batch_context(context, batch_id));
-        self.stamped(stamp, move |tx, rows, stamp| {
+        self.stamped_once(once, stamp, move |tx, rows, stamp| {
             Box::pin(async move {
                 let (batch, items) = load_batch(tx, rows, batch_id).await?;
                 let resumable: Vec<OperationId> = items

@@ -18,6 +18,7 @@ mod describe;
 mod digest;
 mod error;
 mod fold;
+mod idempotency;
 mod ingestion;
 mod integrity;
 mod kinds;
@@ -41,6 +42,7 @@ pub use commands::NewOperation;
 pub use describe::{Description, QUEUE_COUNT_LIMIT};
 pub use error::EngineError;
 pub use fold::{fold_events, FOLD_CHUNK};
+pub use idempotency::{RequestId, MAX_REQUEST_ID_BYTES, REQUEST_RETENTION_MS};
 pub use ingestion::{FileObservation, IngestionClaim, Registered, Registration};
 pub use integrity::IntegrityCheck;
 pub use kinds::{

@@ -83,9 +83,13 @@ impl<S: Store> Engine<S> {
         } else {
             reason.trim().to_string()
         };
+        let once = context.once(
+            "review.resolve",
+            serde_json::json!({"entry_id": entry_id, "action": action, "revision": revision, "reason": reason}),
+        );
         let stamp = self.stamp(context);
         let operation_id = entry.operation_id;
-        self.stamped(stamp, move |tx, rows, stamp| {
+        self.stamped_once(once, stamp, move |tx, rows, stamp| {
             Box::pin(async move {
                 let current = match tx
                     .find_rows(&REVIEW_TABLE, &[("entry_id", Cell::Integer(entry_id))], 1)

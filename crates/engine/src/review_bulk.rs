@@ -182,9 +182,17 @@ impl<S: Store> Engine<S> {
         action: ReviewAction,
         reason: String,
     ) -> (i64, Result<ReviewRow, EngineError>) {
+        // Each entry is its own command: under a request id, each is
+        // recorded under the id's part for its entry, so a retry of the
+        // whole resolution answers the entries it resolved from their
+        // records.
+        let context = match &context.request_id {
+            Some(request_id) => context.clone().with_request_id(request_id.part(entry_id)),
+            None => context.clone(),
+        };
         (
             entry_id,
-            self.resolve_review(context, entry_id, action, None, &reason).await,
+            self.resolve_review(&context, entry_id, action, None, &reason).await,
         )
     }
 

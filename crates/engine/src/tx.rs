@@ -15,13 +15,16 @@
 
 use crate::error::EngineError;
 use crate::fold::fold_events;
+use crate::idempotency::{Once, RequestId};
 use crate::observe::{WorkClock, WriteKind};
 use crate::reactions::Reaction;
 use crate::Engine;
 use opledger_domain::events::Event;
 use opledger_domain::projections::{all_projectors, WorkingSet};
 use opledger_domain::{EventEnvelope, NewEvent, Timestamp};
-use opledger_store::{BoxFuture, Store, StreamAppend, TimeSource, WriteTx};
+use opledger_store::{BoxFuture, Store, StoreError, StreamAppend, TimeSource, WriteTx};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
@@ -33,6 +36,11 @@ pub struct CommandContext {
     pub actor: String,
     /// Groups the events of one flow; a new id per command when absent.
     pub correlation_id: Option<String>,
+    /// The caller's id for this one command, when it may retry it: a retry
+    /// with the same id is answered from the first attempt's record
+    /// instead of running again (see `idempotency`). Commands that take
+    /// many items in one call refuse it.
+    pub request_id: Option<RequestId>,
 }
 
 impl CommandContext {
@@ -40,12 +48,39 @@ impl CommandContext {
         CommandContext {
             actor: actor.into(),
             correlation_id: None,
+            request_id: None,
         }
     }
 
     pub fn with_correlation(mut self, correlation_id: impl Into<String>) -> Self {
         self.correlation_id = Some(correlation_id.into());
         self
+    }
+
+    pub fn with_request_id(mut self, request_id: RequestId) -> Self {
+        self.request_id = Some(request_id);
+        self
+    }
+
+    /// The command `command` asking `asked`, when this context carries a
+    /// request id: what [`Engine::command_once`] checks and records.
+    pub(crate) fn once(&self, command: &'static str, asked: serde_json::Value) -> Option<Once> {
+        let request_id = self.request_id.as_ref()?;
+        Some(Once::new(request_id, &self.actor, command, asked))
+    }
+
+    /// Refuses a request id on a command that takes many items in one
+    /// call: one id names one command, and such a call's answers mix
+    /// refusals with results.
+    pub(crate) fn refuse_request_id(&self, command: &str) -> Result<(), EngineError> {
+        match &self.request_id {
+            Some(request_id) => Err(EngineError::invalid(format!(
+                "{command} takes many items and no request id (got {}): retry its items one by one \
+                 with a request id each",
+                opledger_domain::quote(request_id.as_str())
+            ))),
+            None => Ok(()),
+        }
     }
 }
 
@@ -183,6 +218,40 @@ enum Answer<R> {
     Folded(ReadAnswer<R>),
 }
 
+impl<R: Send + 'static> Decided<R> {
+    /// The same appends, answering what `f` makes of this answer (a batch
+    /// command's one answer, as a single command's). An error from `f`
+    /// fails the whole command.
+    pub(crate) fn map<T: Send + 'static>(
+        self,
+        f: impl FnOnce(R) -> Result<T, EngineError> + Send + 'static,
+    ) -> Decided<T> {
+        let Decided { appends, answer } = self;
+        Decided {
+            appends,
+            answer: Answer::Folded(Box::new(move |rows, envelopes| match answer {
+                Answer::Ready(answer) => f(answer),
+                Answer::Folded(read) => f(read(rows, envelopes)?),
+            })),
+        }
+    }
+
+    /// Commits the appends (possibly none) and reads the answer: what the
+    /// write helper does after the body.
+    async fn settle<T: WriteTx>(self, tx: &mut T, rows: &mut WorkingSet) -> Result<R, EngineError> {
+        let Decided { appends, answer } = self;
+        let envelopes = if appends.is_empty() {
+            Vec::new()
+        } else {
+            commit_appends(tx, rows, appends).await?
+        };
+        match answer {
+            Answer::Ready(answer) => Ok(answer),
+            Answer::Folded(read) => read(rows, envelopes),
+        }
+    }
+}
+
 impl<R> Decided<R> {
     /// Answers `answer` once `appends` (possibly none) are committed.
     pub(crate) fn answer(answer: R, appends: Vec<StreamAppend>) -> Self {
@@ -225,21 +294,58 @@ where
                 clock.begin();
             }
             let mut rows = WorkingSet::default();
-            let Decided { appends, answer } = body(tx, &mut rows).await?;
-            debug_assert!(!liveness || appends.is_empty(), "a liveness command appends nothing");
-            let envelopes = if appends.is_empty() {
-                Vec::new()
-            } else {
-                commit_appends(tx, &mut rows, appends).await?
-            };
-            let answer = match answer {
-                Answer::Ready(answer) => Ok(answer),
-                Answer::Folded(read) => read(&rows, envelopes),
-            };
+            let decided = body(tx, &mut rows).await?;
+            debug_assert!(
+                !liveness || decided.appends.is_empty(),
+                "a liveness command appends nothing"
+            );
+            let answer = decided.settle(tx, &mut rows).await;
             if let Some(clock) = &clock {
                 clock.end();
             }
             answer
+        })
+    }
+}
+
+/// Wraps a command's body in the check and the record of its request id
+/// (see [`Engine::command_once`]): the wrapped body settles the inner
+/// body's appends itself, so it can record what they appended, and
+/// answers with nothing more to append. `always`: record even when
+/// nothing was appended (liveness).
+fn remembered<T, R, F>(
+    once: Once,
+    now: Timestamp,
+    always: bool,
+    body: F,
+) -> impl for<'t> FnOnce(&'t mut T, &'t mut WorkingSet) -> BoxFuture<'t, Result<Decided<R>, EngineError>> + Send
+where
+    T: WriteTx,
+    R: Serialize + DeserializeOwned + Send + 'static,
+    F: for<'t> FnOnce(&'t mut T, &'t mut WorkingSet) -> BoxFuture<'t, Result<Decided<R>, EngineError>> + Send + 'static,
+{
+    move |tx: &mut T, rows: &mut WorkingSet| {
+        Box::pin(async move {
+            if let Some(record) = tx.command_record(once.request_id()).await? {
+                let answer = once.recorded_answer(&record)?;
+                let answer = serde_json::from_str(&answer).map_err(|error| {
+                    StoreError::corrupt(format!(
+                        "the answer recorded under request id {} does not read back: {error}",
+                        opledger_domain::quote(once.request_id())
+                    ))
+                })?;
+                return Ok(Decided::answer(answer, Vec::new()));
+            }
+            let before = tx.head().await?;
+            let answer = body(tx, rows).await?.settle(tx, rows).await?;
+            let after = tx.head().await?;
+            let seqs = (after > before).then_some((before + 1, after));
+            if seqs.is_some() || always {
+                let text = serde_json::to_string(&answer)
+                    .map_err(|error| StoreError::corrupt(format!("a command's answer does not serialize: {error}")))?;
+                tx.record_command(&once.record(text, seqs, now)).await?;
+            }
+            Ok(Decided::answer(answer, Vec::new()))
         })
     }
 }
@@ -317,6 +423,73 @@ impl<S: Store> Engine<S> {
             }
         }
         Ok(self.clock.now())
+    }
+
+    /// [`Engine::command`] for a command that may carry a request id
+    /// (`once`, see `idempotency`). Inside the write transaction, before
+    /// the body: a command recorded under the id answers its recorded
+    /// answer and nothing runs or is appended (the same id for another
+    /// command is a Conflict). Otherwise the body runs, its appends are
+    /// committed and its answer read as [`Engine::command`] does, and the
+    /// command is recorded under the id with its answer and the seqs it
+    /// appended, in the same transaction: the record exists exactly when
+    /// the command's events do. A refused command records nothing, and
+    /// neither does one that appended nothing (a claim that found no task,
+    /// a request of the revision already requested, progress within a
+    /// phase): it changed nothing a retry could repeat, and its retry
+    /// decides afresh (a claim retried after an empty answer may take a
+    /// task that arrived since, as a long-polling claim does).
+    pub(crate) async fn command_once<R, F>(&self, once: Option<Once>, body: F) -> Result<R, EngineError>
+    where
+        R: Serialize + DeserializeOwned + Send + 'static,
+        F: for<'t> FnOnce(&'t mut S::Tx, &'t mut WorkingSet) -> BoxFuture<'t, Result<Decided<R>, EngineError>>
+            + Send
+            + 'static,
+    {
+        match once {
+            None => self.command(body).await,
+            Some(once) => self.command(remembered(once, self.clock.now(), false, body)).await,
+        }
+    }
+
+    /// [`Engine::command_once`] for a liveness body (a heartbeat), which
+    /// never appends: it is recorded whenever it succeeds, in its liveness
+    /// commit, so its retry answers the first answer and extends nothing
+    /// again.
+    pub(crate) async fn liveness_command_once<R, F>(&self, once: Option<Once>, body: F) -> Result<R, EngineError>
+    where
+        R: Serialize + DeserializeOwned + Send + 'static,
+        F: for<'t> FnOnce(&'t mut S::Tx, &'t mut WorkingSet) -> BoxFuture<'t, Result<Decided<R>, EngineError>>
+            + Send
+            + 'static,
+    {
+        match once {
+            None => self.liveness_command(body).await,
+            Some(once) => {
+                self.liveness_command(remembered(once, self.clock.now(), true, body))
+                    .await
+            }
+        }
+    }
+
+    /// [`Engine::stamped`] under a request id ([`Engine::command_once`]):
+    /// the recorded answer of an earlier attempt, or the body at the
+    /// command's time inside the transaction, recorded under the id.
+    pub(crate) async fn stamped_once<R, F>(&self, once: Option<Once>, stamp: Stamp, body: F) -> Result<R, EngineError>
+    where
+        R: Serialize + DeserializeOwned + Send + 'static,
+        F: for<'t> FnOnce(&'t mut S::Tx, &'t mut WorkingSet, Stamp) -> BoxFuture<'t, Result<Decided<R>, EngineError>>
+            + Send
+            + 'static,
+    {
+        let source = self.clock.source();
+        self.command_once(once, move |tx, rows| {
+            Box::pin(async move {
+                let stamp = stamp.in_transaction(tx, source).await?;
+                body(tx, rows, stamp).await
+            })
+        })
+        .await
     }
 
     /// [`Engine::command`] for a body that changes liveness only (lease

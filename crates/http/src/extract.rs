@@ -11,6 +11,7 @@ use axum::extract::{FromRequest, FromRequestParts, Query, Request};
 use axum::http::request::Parts;
 use axum::http::{header, StatusCode};
 use opledger_domain::quoted;
+use opledger_engine::{CommandContext, RequestId};
 use opledger_store::Store;
 use serde::de::DeserializeOwned;
 
@@ -188,6 +189,53 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for Params<T> {
             .await
             .map(|Query(value)| Params(value))
             .map_err(|rejection| ApiError::malformed(quoted(&rejection.body_text()).to_string()))
+    }
+}
+
+/// The `Idempotency-Key` header of a writing route: the request id its
+/// command is recorded under, so a retry after a lost answer is answered
+/// from the first attempt (`opledger_engine::RequestId`); none when
+/// absent. 400 when it is not 1 to 200 visible ASCII characters.
+pub struct IdempotencyKey(pub Option<RequestId>);
+
+/// The header's name.
+pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+
+impl IdempotencyKey {
+    /// `actor`'s command context, carrying the key when given.
+    pub fn context(&self, actor: impl Into<String>) -> CommandContext {
+        let context = CommandContext::actor(actor);
+        match &self.0 {
+            Some(request_id) => context.with_request_id(request_id.clone()),
+            None => context,
+        }
+    }
+
+    /// Refuses the key on a route that takes many items in one call (422):
+    /// one key names one command.
+    pub fn refuse(&self, route: &str) -> ApiResult<()> {
+        match &self.0 {
+            Some(_) => Err(ApiError::invalid(format!(
+                "{route} takes many items and no Idempotency-Key: send each item on its own route with a key"
+            ))),
+            None => Ok(()),
+        }
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for IdempotencyKey {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        let Some(value) = parts.headers.get(IDEMPOTENCY_KEY) else {
+            return Ok(IdempotencyKey(None));
+        };
+        let text = value
+            .to_str()
+            .map_err(|_| ApiError::malformed("the Idempotency-Key header is not visible ASCII"))?;
+        RequestId::new(text)
+            .map(|request_id| IdempotencyKey(Some(request_id)))
+            .map_err(|error| ApiError::malformed(format!("Idempotency-Key: {error}")))
     }
 }
 

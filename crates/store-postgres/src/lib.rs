@@ -76,6 +76,7 @@ mod error;
 mod lock;
 mod open;
 mod page;
+mod requests;
 mod rows;
 mod scratch;
 pub mod tx;

@@ -13,12 +13,12 @@ use crate::error::map;
 use crate::rows::Values;
 use crate::{rows, work};
 use opledger_domain::projections::{all_specs, Cell, ProjectionSpec, Row, RowChange, TableSpec};
-use opledger_domain::EventEnvelope;
-use opledger_domain::Timestamp;
+use opledger_domain::{EventEnvelope, Timestamp};
 use opledger_store::append::LogHead;
 use opledger_store::positions::{self, Positions};
 use opledger_store::{
-    append, ClaimQuery, Lease, RowTarget, StoreError, StreamAppend, TableSet, TimeSource, Verification, WriteTx,
+    append, ClaimQuery, CommandRecord, Lease, RowTarget, StoreError, StreamAppend, TableSet, TimeSource, Verification,
+    WriteTx,
 };
 use sqlx::pool::PoolConnection;
 use sqlx::{PgConnection, PgPool, Postgres, Row as _};
@@ -724,6 +724,20 @@ impl WriteTx for PostgresTx {
 
     async fn record_verification(&mut self, verification: &Verification) -> Result<(), StoreError> {
         crate::chain::record_verification(self.conn().await?, verification).await
+    }
+
+    // The recorded commands are in no gathered write: their statements
+    // need not send what is gathered first.
+    async fn command_record(&mut self, request_id: &str) -> Result<Option<CommandRecord>, StoreError> {
+        crate::requests::command_record(self.raw_conn(), request_id).await
+    }
+
+    async fn record_command(&mut self, record: &CommandRecord) -> Result<(), StoreError> {
+        crate::requests::record_command(self.raw_conn(), record).await
+    }
+
+    async fn forget_commands(&mut self, recorded_before: Timestamp, limit: usize) -> Result<u64, StoreError> {
+        crate::requests::forget_commands(self.raw_conn(), recorded_before, limit).await
     }
 }
 

@@ -25,6 +25,7 @@ mod error;
 mod lock;
 mod open;
 mod page;
+mod requests;
 mod rows;
 mod scratch;
 mod sqlx_handle;

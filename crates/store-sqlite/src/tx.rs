@@ -21,7 +21,8 @@ use opledger_domain::{EventEnvelope, Timestamp};
 use opledger_store::append::LogHead;
 use opledger_store::positions::{self, Positions};
 use opledger_store::{
-    append, ClaimQuery, Lease, RowTarget, StoreError, StreamAppend, TableSet, TimeSource, Verification, WriteTx,
+    append, ClaimQuery, CommandRecord, Lease, RowTarget, StoreError, StreamAppend, TableSet, TimeSource, Verification,
+    WriteTx,
 };
 use rusqlite::Connection;
 use std::collections::BTreeMap;
@@ -501,6 +502,23 @@ impl WriteTx for SqliteTx {
     async fn record_verification(&mut self, verification: &Verification) -> Result<(), StoreError> {
         let written = crate::chain::record_verification(&self.connection, verification);
         self.wrote(written)
+    }
+
+    async fn command_record(&mut self, request_id: &str) -> Result<Option<CommandRecord>, StoreError> {
+        crate::requests::command_record(&self.connection, request_id)
+    }
+
+    async fn record_command(&mut self, record: &CommandRecord) -> Result<(), StoreError> {
+        let written = crate::requests::record_command(&self.connection, record);
+        self.wrote(written)
+    }
+
+    async fn forget_commands(&mut self, recorded_before: Timestamp, limit: usize) -> Result<u64, StoreError> {
+        let forgotten = crate::requests::forget_commands(&self.connection, recorded_before, limit);
+        if let Err(error) = &forgotten {
+            self.failed.get_or_insert_with(|| error.clone());
+        }
+        forgotten
     }
 }
 

@@ -27,12 +27,14 @@ pub mod lock;
 pub mod log;
 pub mod page;
 pub mod positions;
+mod requests;
 pub mod tables;
 mod traits;
 
 pub use error::{ErrorKind, StoreError};
 pub use lock::LedgerLock;
 pub use page::{Direction, Page, PageQuery};
+pub use requests::CommandRecord;
 pub use traits::{
     AheadQuery, ClaimQuery, ClaimQueue, ClaimableAhead, ExpectedVersion, ExpiredClaim, Lease, ProjectionState, RowDiff,
     RowTarget, ScratchTarget, Store, StreamAppend, TableDiff, TableSet, TimeSource, Verification, WriteTx,

@@ -10,6 +10,7 @@
 use crate::error::StoreError;
 use crate::lock::LedgerLock;
 use crate::page::{Page, PageQuery};
+use crate::requests::CommandRecord;
 use crate::BoxFuture;
 use futures::stream::BoxStream;
 use opledger_domain::chain::{ChainEntry, ChainHash};
@@ -359,6 +360,25 @@ pub trait WriteTx: RowTarget {
         &mut self,
         verification: &Verification,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// The command recorded under `request_id`, if any (see
+    /// [`CommandRecord`]), read inside this transaction.
+    fn command_record(
+        &mut self,
+        request_id: &str,
+    ) -> impl Future<Output = Result<Option<CommandRecord>, StoreError>> + Send;
+
+    /// Records a command under its request id, in this transaction. An id
+    /// recorded already is a Conflict.
+    fn record_command(&mut self, record: &CommandRecord) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Forgets up to `limit` commands recorded before `recorded_before`,
+    /// oldest first; answers how many it forgot.
+    fn forget_commands(
+        &mut self,
+        recorded_before: Timestamp,
+        limit: usize,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
 }
 
 /// A private copy of every projection table that replay folds into, and

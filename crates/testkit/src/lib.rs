@@ -12,6 +12,10 @@
 //! PostgreSQL test prints a loud SKIPPED and passes, except under `CI=true`,
 //! where it fails.
 //!
+//! [`faults::FaultyStore`] wraps any backend's store and fails chosen
+//! write transactions (before, at, or after their commit): the storage
+//! fault injection of the retry and fault-loop tests.
+//!
 //! This crate must not know the engine, the worker runtime or any business
 //! rule: it only opens stores and hands out URLs. (It is built from the store
 //! crates, and the engine's tests depend on it; a dependency on the engine
@@ -19,6 +23,7 @@
 //! It is a dev-dependency only: no crate's library may depend on it
 //! (`tests/architecture/dependencies.rs`).
 
+pub mod faults;
 pub mod postgres;
 pub mod sqlite;
 

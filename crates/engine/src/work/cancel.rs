@@ -23,9 +23,13 @@ impl<S: Store> Engine<S> {
         reason: &'a str,
     ) -> BoxFuture<'a, Result<TaskOutcome, EngineError>> {
         spawnable(async move {
+            let once = context.once(
+                "task.cancel",
+                serde_json::json!({"operation_id": operation_id, "reason": reason}),
+            );
             let stamp = self.stamp(context);
             let reason = reason.to_string();
-            self.stamped(stamp, move |tx, rows, stamp| {
+            self.stamped_once(once, stamp, move |tx, rows, stamp| {
                 Box::pin(async move {
                     let state = load_state(tx, rows, operation_id)
                         .await?

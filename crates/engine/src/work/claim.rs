@@ -6,6 +6,7 @@
 
 use super::{load_claimed, stale_claim, state_append};
 use crate::error::EngineError;
+use crate::idempotency::RequestId;
 use crate::load::{all_kinds, undeclared};
 use crate::tx::{command_time, spawnable, CommandContext, Decided};
 use crate::Engine;
@@ -14,7 +15,13 @@ use opledger_domain::tasks::CLAIMABLE_STATUSES;
 use opledger_domain::work::{self, Fence};
 use opledger_domain::{LeaseMs, MediaId, OperationId, RegionId, Timestamp};
 use opledger_store::{BoxFuture, ClaimQuery, Lease, RowTarget, Store, WriteTx};
-use serde_json::Value;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+/// Whom a heartbeat's request id is recorded for: a heartbeat is fenced by
+/// its claim token, not its caller, so the token (in the fingerprint)
+/// names it.
+const HEARTBEAT_ACTOR: &str = "heartbeat";
 
 /// The most tasks one claim call may take.
 pub const MAX_CLAIM_BATCH: usize = 1_000;
@@ -31,7 +38,8 @@ pub struct ClaimRequest {
 }
 
 /// One claimed task, everything a worker needs to run it and report back.
-#[derive(Debug, Clone, PartialEq)]
+/// (Serialized only as the answer recorded under a claim's request id.)
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TaskClaim {
     pub claim_token: String,
     pub operation_id: OperationId,
@@ -63,7 +71,7 @@ impl TaskClaim {
 }
 
 /// A heartbeat's answer.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HeartbeatOutcome {
     pub lease_expires_at: Timestamp,
     /// Stop, clean up temporary outputs, then acknowledge the cancel.
@@ -99,9 +107,13 @@ impl<S: Store> Engine<S> {
             if request.worker.trim().is_empty() {
                 return Err(EngineError::invalid("a claim needs a worker name"));
             }
+            let once = context.once(
+                "task.claim",
+                json!({"kinds": request.kinds, "worker": request.worker, "lease_ms": request.lease_ms, "limit": request.limit}),
+            );
             let stamp = self.stamp(context);
             let ids = self.ids.clone();
-            self.stamped(stamp, move |tx, rows, stamp| {
+            self.stamped_once(once, stamp, move |tx, rows, stamp| {
                 Box::pin(async move {
                     // The command's time, read under the write lock: what is
                     // due and when the lease ends follow the log's clock,
@@ -237,12 +249,31 @@ impl<S: Store> Engine<S> {
     /// the claim took) and tells the worker whether cancellation was
     /// requested. Liveness only: nothing is appended to the log.
     pub async fn heartbeat(&self, fence: &Fence, lease_ms: Option<i64>) -> Result<HeartbeatOutcome, EngineError> {
+        self.heartbeat_once(None, fence, lease_ms).await
+    }
+
+    /// [`Engine::heartbeat`] under a request id: a retry with the same id
+    /// answers the first heartbeat's outcome and extends nothing again.
+    pub async fn heartbeat_once(
+        &self,
+        request_id: Option<&RequestId>,
+        fence: &Fence,
+        lease_ms: Option<i64>,
+    ) -> Result<HeartbeatOutcome, EngineError> {
+        let lease_ms_asked = lease_ms;
         let lease_ms = lease_ms.map(LeaseMs::new).transpose()?;
         let proposed = self.clock.now();
         let source = self.time_source();
         let fence = fence.clone();
+        let once = request_id.and_then(|request_id| {
+            let context = CommandContext::actor(HEARTBEAT_ACTOR).with_request_id(request_id.clone());
+            context.once(
+                "task.heartbeat",
+                json!({"claim_token": fence.claim_token, "revision": fence.revision, "lease_ms": lease_ms_asked}),
+            )
+        });
         // A heartbeat writes the lease row only: liveness, not history.
-        self.liveness_command(move |tx, rows| {
+        self.liveness_command_once(once, move |tx, rows| {
             Box::pin(async move {
                 let now = command_time(tx, proposed, source).await?;
                 let (state, mut lease) = load_claimed(tx, rows, &fence).await?;
@@ -301,9 +332,19 @@ impl<S: Store> Engine<S> {
                     )));
                 }
             }
+            let once = context.once(
+                "task.progress",
+                json!({
+                    "claim_token": fence.claim_token,
+                    "revision": fence.revision,
+                    "phase": progress.phase,
+                    "processed": progress.processed,
+                    "total": progress.total,
+                }),
+            );
             let stamp = self.stamp(context);
             let fence = fence.clone();
-            self.stamped(stamp, move |tx, rows, stamp| {
+            self.stamped_once(once, stamp, move |tx, rows, stamp| {
                 Box::pin(async move {
                     let (state, mut lease) = load_claimed(tx, rows, &fence).await?;
                     let Progress {

@@ -63,7 +63,7 @@ impl TaskTarget {
 }
 
 /// Where a task stands after a worker's report or a cancel.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct TaskOutcome {
     pub operation_id: OperationId,
     pub status: OperationStatus,

@@ -6,6 +6,7 @@
 
 use super::{load_state, state_append};
 use crate::error::EngineError;
+use crate::idempotency::{FORGET_PER_TRANSACTION, REQUEST_RETENTION_MS};
 use crate::load::load_kinds;
 use crate::tx::{CommandContext, Decided};
 use crate::Engine;
@@ -40,6 +41,9 @@ pub struct RecoveryReport {
     /// started: given back like a release (queued at once, no
     /// interruption or attempt counted), not interrupted.
     pub released: u64,
+    /// Commands recorded under request ids longer ago than the retention
+    /// ([`crate::REQUEST_RETENTION_MS`]), forgotten by this pass.
+    pub forgotten_requests: u64,
 }
 
 /// What gone workers' flight records say (`opledger_worker::FlightRecord`):
@@ -72,7 +76,40 @@ impl<S: Store> Engine<S> {
         // Candidates are read by the shared clock where the store has one,
         // and each is checked again at the write's own time.
         let now = self.read_time().await?;
-        self.interrupt_claims(context, now, hook, &Gone::Expired).await
+        let mut report = self.interrupt_claims(context, now, hook, &Gone::Expired).await?;
+        // The claims' outcomes are committed: a sweep that fails does not
+        // make the pass a failure (its caller would think nothing was
+        // done); the next pass sweeps what this one left.
+        match self.forget_old_requests().await {
+            Ok(forgotten) => report.forgotten_requests = forgotten,
+            Err(error) => tracing::warn!(%error, "could not forget old request ids; the next recovery retries"),
+        }
+        Ok(report)
+    }
+
+    /// Forgets the commands recorded under request ids more than
+    /// [`crate::REQUEST_RETENTION_MS`] before now, a bounded number per
+    /// transaction (run by each recovery pass); answers how many. A retry
+    /// of a forgotten command runs as a new one.
+    pub async fn forget_old_requests(&self) -> Result<u64, EngineError> {
+        let before = self.read_time().await?.plus_millis(-REQUEST_RETENTION_MS);
+        let mut forgotten = 0;
+        loop {
+            let done = self
+                .store
+                .write(move |tx: &mut S::Tx| {
+                    Box::pin(async move {
+                        tx.forget_commands(before, FORGET_PER_TRANSACTION)
+                            .await
+                            .map_err(EngineError::from)
+                    })
+                })
+                .await?;
+            forgotten += done;
+            if done < FORGET_PER_TRANSACTION as u64 {
+                return Ok(forgotten);
+            }
+        }
     }
 
     /// Interrupts at once every claim held by one of `workers`, whatever

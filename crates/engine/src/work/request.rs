@@ -36,7 +36,7 @@ pub struct TaskRequest {
 }
 
 /// What a request did.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RequestOutcome {
     pub operation_id: OperationId,
     pub requested_revision: String,
@@ -370,10 +370,35 @@ impl<S: Store> Engine<S> {
         request: TaskRequest,
     ) -> BoxFuture<'a, Result<RequestOutcome, EngineError>> {
         spawnable(async move {
-            self.request_tasks(context, vec![request])
-                .await?
-                .pop()
-                .expect("one request gets one answer")
+            let target = match request.target {
+                TaskTarget::Media(media_id) => serde_json::json!({"media": media_id}),
+                TaskTarget::Region(region_id) => serde_json::json!({"region": region_id}),
+            };
+            let once = context.once(
+                "task.request",
+                serde_json::json!({
+                    "target": target,
+                    "kind": request.kind,
+                    "inputs": request.inputs,
+                    "priority": request.priority,
+                }),
+            );
+            let prepared = self.prepare_requests(vec![request]);
+            let stamp = self.stamp(context);
+            self.stamped_once(once, stamp, move |tx, rows, stamp| {
+                Box::pin(async move {
+                    let (mut answers, appends) = request_in_tx(tx, rows, prepared, &stamp).await?;
+                    // A refused request refuses the command.
+                    let mut outcome = answers.pop().expect("one request gets one answer")?;
+                    Ok(Decided::then(appends, move |rows, _| {
+                        if let Some(state) = state_in(rows, outcome.operation_id) {
+                            outcome.status = state.status;
+                        }
+                        Ok(outcome)
+                    }))
+                })
+            })
+            .await
         })
     }
 
@@ -388,6 +413,7 @@ impl<S: Store> Engine<S> {
         requests: Vec<TaskRequest>,
     ) -> BoxFuture<'a, Result<Vec<Result<RequestOutcome, EngineError>>, EngineError>> {
         spawnable(async move {
+            context.refuse_request_id("requesting many tasks in one call")?;
             let prepared = self.prepare_requests(requests);
             let stamp = self.stamp(context);
             self.stamped(stamp, move |tx, rows, stamp| {

@@ -9,13 +9,13 @@ use super::params::{plain_text, Query};
 use crate::app::App;
 use crate::auth::Role;
 use crate::error::{ApiResult, ErrorBody};
-use crate::extract::{parse_uuid, Caller, JsonBody, OptionalBody, Params};
+use crate::extract::{parse_uuid, Caller, IdempotencyKey, JsonBody, OptionalBody, Params};
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
 use opledger_domain::projections::{BatchItemRow, BatchRow};
 use opledger_domain::{BatchId, MediaId, OperationId, Timestamp};
-use opledger_engine::{BatchRequest, BatchSummary, BatchView, CommandContext, Listing};
+use opledger_engine::{BatchRequest, BatchSummary, BatchView, Listing};
 use opledger_store::Store;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -236,6 +236,7 @@ pub struct NewBatch {
 /// Creates a batch (admin): every kind requested on every item, in one
 /// transaction. Answers the batch with all its items.
 #[utoipa::path(post, path = "/api/v1/batches", tag = "admin", request_body = NewBatch,
+    params(("Idempotency-Key" = Option<String>, Header, description = "Names this command for its retries (1 to 200 visible ASCII characters, e.g. a UUID): retried with the same key, it answers the first attempt's result and records nothing more; the same key for another command is 409. Kept 7 days.")),
     responses((status = 201, body = BatchDetail), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody),
         (status = 413, body = ErrorBody), (status = 422, body = ErrorBody)),
@@ -243,6 +244,7 @@ pub struct NewBatch {
 pub async fn create<S: Store>(
     State(app): State<App<S>>,
     caller: Caller,
+    key: IdempotencyKey,
     JsonBody(new): JsonBody<NewBatch>,
 ) -> ApiResult<(StatusCode, Json<BatchDetail>)> {
     caller.require(Role::Admin)?;
@@ -259,7 +261,7 @@ pub async fn create<S: Store>(
     };
     let view = app
         .engine()
-        .create_batch(&CommandContext::actor(caller.name.clone()), request)
+        .create_batch(&key.context(caller.name.clone()), request)
         .await?;
     app.wake().bump();
     Ok((StatusCode::CREATED, Json(BatchDetail::of(&view))))
@@ -276,7 +278,7 @@ pub struct Reason {
 /// Cancels a batch (admin): waiting items at once, running ones asked to
 /// stop. 409 when nothing in it is unsettled.
 #[utoipa::path(post, path = "/api/v1/batches/{id}/cancel", tag = "admin",
-    params(("id" = String, Path, description = "The batch's id", format = Uuid)),
+    params(("id" = String, Path, description = "The batch's id", format = Uuid), ("Idempotency-Key" = Option<String>, Header, description = "Names this command for its retries (1 to 200 visible ASCII characters, e.g. a UUID): retried with the same key, it answers the first attempt's result and records nothing more; the same key for another command is 409. Kept 7 days.")),
     request_body(content = Option<Reason>, description = "Optional: why"),
     responses((status = 200, body = BatchDetail), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody),
@@ -285,6 +287,7 @@ pub struct Reason {
 pub async fn cancel<S: Store>(
     State(app): State<App<S>>,
     caller: Caller,
+    key: IdempotencyKey,
     Path(id): Path<String>,
     OptionalBody(body): OptionalBody<Option<Reason>>,
 ) -> ApiResult<Json<BatchDetail>> {
@@ -294,7 +297,7 @@ pub async fn cancel<S: Store>(
     plain_text("reason", &body.reason)?;
     let view = app
         .engine()
-        .cancel_batch(&CommandContext::actor(caller.name.clone()), batch_id, &body.reason)
+        .cancel_batch(&key.context(caller.name.clone()), batch_id, &body.reason)
         .await?;
     app.wake().bump();
     Ok(Json(BatchDetail::of(&view)))
@@ -303,7 +306,7 @@ pub async fn cancel<S: Store>(
 /// Resumes a batch (admin): its failed and cancelled items run again.
 /// 409 when no item is failed or cancelled.
 #[utoipa::path(post, path = "/api/v1/batches/{id}/resume", tag = "admin",
-    params(("id" = String, Path, description = "The batch's id", format = Uuid)),
+    params(("id" = String, Path, description = "The batch's id", format = Uuid), ("Idempotency-Key" = Option<String>, Header, description = "Names this command for its retries (1 to 200 visible ASCII characters, e.g. a UUID): retried with the same key, it answers the first attempt's result and records nothing more; the same key for another command is 409. Kept 7 days.")),
     request_body(content = Option<Reason>, description = "Optional: why"),
     responses((status = 200, body = BatchDetail), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody),
@@ -312,6 +315,7 @@ pub async fn cancel<S: Store>(
 pub async fn resume<S: Store>(
     State(app): State<App<S>>,
     caller: Caller,
+    key: IdempotencyKey,
     Path(id): Path<String>,
     OptionalBody(body): OptionalBody<Option<Reason>>,
 ) -> ApiResult<Json<BatchDetail>> {
@@ -321,7 +325,7 @@ pub async fn resume<S: Store>(
     plain_text("reason", &body.reason)?;
     let view = app
         .engine()
-        .resume_batch(&CommandContext::actor(caller.name.clone()), batch_id, &body.reason)
+        .resume_batch(&key.context(caller.name.clone()), batch_id, &body.reason)
         .await?;
     app.wake().bump();
     Ok(Json(BatchDetail::of(&view)))

@@ -17,7 +17,7 @@ use super::work::TaskOutcomeAnswer;
 use crate::app::App;
 use crate::auth::Role;
 use crate::error::{ApiError, ApiResult, ErrorBody};
-use crate::extract::{parse_uuid, Caller, JsonBody, OptionalBody};
+use crate::extract::{parse_uuid, Caller, IdempotencyKey, JsonBody, OptionalBody};
 use axum::extract::{Path, State};
 use axum::Json;
 use opledger_engine::{ClaimRequest, CommandContext, Completion, Fence, Progress, TaskClaim};
@@ -107,6 +107,7 @@ pub struct ClaimsAnswer {
 /// service or, seen within `head_poll`, another process — or `wait_ms`
 /// passed. While the service shuts down it answers no claims at once.
 #[utoipa::path(post, path = "/api/v1/claims", tag = "work",
+    params(("Idempotency-Key" = Option<String>, Header, description = "Names this command for its retries (1 to 200 visible ASCII characters, e.g. a UUID): retried with the same key, it answers the first attempt's result and records nothing more; the same key for another command is 409. Kept 7 days.")),
     request_body = ClaimBody,
     responses((status = 200, body = ClaimsAnswer), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 403, body = ErrorBody), (status = 413, body = ErrorBody), (status = 422, body = ErrorBody)),
@@ -114,6 +115,7 @@ pub struct ClaimsAnswer {
 pub async fn claim<S: Store>(
     State(app): State<App<S>>,
     caller: Caller,
+    key: IdempotencyKey,
     JsonBody(body): JsonBody<ClaimBody>,
 ) -> ApiResult<Json<ClaimsAnswer>> {
     caller.require(Role::Worker)?;
@@ -124,7 +126,9 @@ pub async fn claim<S: Store>(
         lease_ms: body.lease_ms.unwrap_or(DEFAULT_LEASE_MS),
         limit: body.limit.unwrap_or(1),
     };
-    let context = CommandContext::actor(body.worker);
+    // Under a key, a claim that took nothing is not recorded (see
+    // `Engine::claim_tasks`): the long poll tries again under the same key.
+    let context = key.context(body.worker);
     let wait = Duration::from_millis(body.wait_ms).min(app.config().max_wait);
     let deadline = Instant::now() + wait;
     // Subscribed before the first try, so a commit between a try and the
@@ -185,8 +189,8 @@ pub(crate) async fn fenced<S: Store>(
     })
 }
 
-pub(crate) fn context(caller: &Caller, fields: &FenceFields) -> CommandContext {
-    CommandContext::actor(fields.worker.clone().unwrap_or_else(|| caller.name.clone()))
+pub(crate) fn context(caller: &Caller, fields: &FenceFields, key: &IdempotencyKey) -> CommandContext {
+    key.context(fields.worker.clone().unwrap_or_else(|| caller.name.clone()))
 }
 
 /// A token limited to task kinds reports only on claims of those kinds.
@@ -231,7 +235,7 @@ pub struct HeartbeatAnswer {
 /// Extends a claim's lease and says whether cancellation was requested.
 /// Liveness only: nothing is appended.
 #[utoipa::path(post, path = "/api/v1/claims/{token}/heartbeat", tag = "work",
-    params(("token" = String, Path, description = "The claim token")),
+    params(("token" = String, Path, description = "The claim token"), ("Idempotency-Key" = Option<String>, Header, description = "Names this command for its retries (1 to 200 visible ASCII characters, e.g. a UUID): retried with the same key, it answers the first attempt's result and records nothing more; the same key for another command is 409. Kept 7 days.")),
     request_body(content = Option<HeartbeatBody>),
     responses((status = 200, body = HeartbeatAnswer), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 403, body = ErrorBody), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)),
@@ -239,6 +243,7 @@ pub struct HeartbeatAnswer {
 pub async fn heartbeat<S: Store>(
     State(app): State<App<S>>,
     caller: Caller,
+    key: IdempotencyKey,
     Path(token): Path<String>,
     OptionalBody(body): OptionalBody<HeartbeatBody>,
 ) -> ApiResult<Json<HeartbeatAnswer>> {
@@ -247,7 +252,10 @@ pub async fn heartbeat<S: Store>(
         worker: body.worker,
     };
     let fence = fenced(&app, &caller, &token, &fields).await?;
-    let outcome = app.engine().heartbeat(&fence, body.lease_ms).await?;
+    let outcome = app
+        .engine()
+        .heartbeat_once(key.0.as_ref(), &fence, body.lease_ms)
+        .await?;
     Ok(Json(HeartbeatAnswer {
         lease_expires_at: outcome.lease_expires_at.to_rfc3339(),
         cancel_requested: outcome.cancel_requested,
@@ -276,7 +284,7 @@ pub struct ProgressAnswer {
 /// Records progress: a new phase is an event, counters within a phase are
 /// liveness.
 #[utoipa::path(post, path = "/api/v1/claims/{token}/progress", tag = "work",
-    params(("token" = String, Path, description = "The claim token")),
+    params(("token" = String, Path, description = "The claim token"), ("Idempotency-Key" = Option<String>, Header, description = "Names this command for its retries (1 to 200 visible ASCII characters, e.g. a UUID): retried with the same key, it answers the first attempt's result and records nothing more; the same key for another command is 409. Kept 7 days.")),
     request_body = ProgressBody,
     responses((status = 200, body = ProgressAnswer), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 403, body = ErrorBody), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)),
@@ -284,6 +292,7 @@ pub struct ProgressAnswer {
 pub async fn progress<S: Store>(
     State(app): State<App<S>>,
     caller: Caller,
+    key: IdempotencyKey,
     Path(token): Path<String>,
     JsonBody(body): JsonBody<ProgressBody>,
 ) -> ApiResult<Json<ProgressAnswer>> {
@@ -298,7 +307,7 @@ pub async fn progress<S: Store>(
         total: body.total,
     };
     app.engine()
-        .report_progress(&context(&caller, &fields), &fence, progress)
+        .report_progress(&context(&caller, &fields, &key), &fence, progress)
         .await?;
     app.wake().bump();
     Ok(Json(ProgressAnswer { ok: true }))
@@ -330,7 +339,7 @@ fn completion(output: Option<Value>, no_result: Option<String>) -> ApiResult<Com
 
 /// Completes a claimed task (fenced).
 #[utoipa::path(post, path = "/api/v1/claims/{token}/complete", tag = "work",
-    params(("token" = String, Path, description = "The claim token")),
+    params(("token" = String, Path, description = "The claim token"), ("Idempotency-Key" = Option<String>, Header, description = "Names this command for its retries (1 to 200 visible ASCII characters, e.g. a UUID): retried with the same key, it answers the first attempt's result and records nothing more; the same key for another command is 409. Kept 7 days.")),
     request_body(content = Option<CompleteBody>),
     responses((status = 200, body = TaskOutcomeAnswer), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 403, body = ErrorBody), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)),
@@ -338,6 +347,7 @@ fn completion(output: Option<Value>, no_result: Option<String>) -> ApiResult<Com
 pub async fn complete<S: Store>(
     State(app): State<App<S>>,
     caller: Caller,
+    key: IdempotencyKey,
     Path(token): Path<String>,
     OptionalBody(body): OptionalBody<CompleteBody>,
 ) -> ApiResult<Json<TaskOutcomeAnswer>> {
@@ -349,7 +359,7 @@ pub async fn complete<S: Store>(
     let completion = completion(body.output, body.no_result)?;
     let outcome = app
         .engine()
-        .complete_task(&context(&caller, &fields), &fence, completion)
+        .complete_task(&context(&caller, &fields, &key), &fence, completion)
         .await?;
     app.wake().bump();
     Ok(Json(outcome.into()))
@@ -371,7 +381,7 @@ pub struct FailBody {
 /// Fails a claimed task (fenced): retried with backoff while attempts
 /// remain, unless `terminal`.
 #[utoipa::path(post, path = "/api/v1/claims/{token}/fail", tag = "work",
-    params(("token" = String, Path, description = "The claim token")),
+    params(("token" = String, Path, description = "The claim token"), ("Idempotency-Key" = Option<String>, Header, description = "Names this command for its retries (1 to 200 visible ASCII characters, e.g. a UUID): retried with the same key, it answers the first attempt's result and records nothing more; the same key for another command is 409. Kept 7 days.")),
     request_body = FailBody,
     responses((status = 200, body = TaskOutcomeAnswer), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 403, body = ErrorBody), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)),
@@ -379,6 +389,7 @@ pub struct FailBody {
 pub async fn fail<S: Store>(
     State(app): State<App<S>>,
     caller: Caller,
+    key: IdempotencyKey,
     Path(token): Path<String>,
     JsonBody(body): JsonBody<FailBody>,
 ) -> ApiResult<Json<TaskOutcomeAnswer>> {
@@ -389,7 +400,7 @@ pub async fn fail<S: Store>(
     let fence = fenced(&app, &caller, &token, &fields).await?;
     let outcome = app
         .engine()
-        .fail_task(&context(&caller, &fields), &fence, &body.error, body.terminal)
+        .fail_task(&context(&caller, &fields, &key), &fence, &body.error, body.terminal)
         .await?;
     app.wake().bump();
     Ok(Json(outcome.into()))
@@ -408,7 +419,7 @@ pub struct ReleaseBody {
 
 /// Gives a claim back unused: queued again at once, no attempt counted.
 #[utoipa::path(post, path = "/api/v1/claims/{token}/release", tag = "work",
-    params(("token" = String, Path, description = "The claim token")),
+    params(("token" = String, Path, description = "The claim token"), ("Idempotency-Key" = Option<String>, Header, description = "Names this command for its retries (1 to 200 visible ASCII characters, e.g. a UUID): retried with the same key, it answers the first attempt's result and records nothing more; the same key for another command is 409. Kept 7 days.")),
     request_body(content = Option<ReleaseBody>),
     responses((status = 200, body = TaskOutcomeAnswer), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 403, body = ErrorBody), (status = 409, body = ErrorBody)),
@@ -416,6 +427,7 @@ pub struct ReleaseBody {
 pub async fn release<S: Store>(
     State(app): State<App<S>>,
     caller: Caller,
+    key: IdempotencyKey,
     Path(token): Path<String>,
     OptionalBody(body): OptionalBody<ReleaseBody>,
 ) -> ApiResult<Json<TaskOutcomeAnswer>> {
@@ -427,7 +439,7 @@ pub async fn release<S: Store>(
     let reason = body.reason.unwrap_or_default();
     let outcome = app
         .engine()
-        .release_task(&context(&caller, &fields), &fence, &reason)
+        .release_task(&context(&caller, &fields, &key), &fence, &reason)
         .await?;
     app.wake().bump();
     Ok(Json(outcome.into()))
@@ -436,7 +448,7 @@ pub async fn release<S: Store>(
 /// The worker stopped after a cancel request and removed its temporary
 /// outputs: the task is `cancelled`.
 #[utoipa::path(post, path = "/api/v1/claims/{token}/ack-cancel", tag = "work",
-    params(("token" = String, Path, description = "The claim token")),
+    params(("token" = String, Path, description = "The claim token"), ("Idempotency-Key" = Option<String>, Header, description = "Names this command for its retries (1 to 200 visible ASCII characters, e.g. a UUID): retried with the same key, it answers the first attempt's result and records nothing more; the same key for another command is 409. Kept 7 days.")),
     request_body(content = Option<FenceFields>),
     responses((status = 200, body = TaskOutcomeAnswer), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 403, body = ErrorBody), (status = 409, body = ErrorBody)),
@@ -444,13 +456,14 @@ pub async fn release<S: Store>(
 pub async fn ack_cancel<S: Store>(
     State(app): State<App<S>>,
     caller: Caller,
+    key: IdempotencyKey,
     Path(token): Path<String>,
     OptionalBody(fields): OptionalBody<FenceFields>,
 ) -> ApiResult<Json<TaskOutcomeAnswer>> {
     let fence = fenced(&app, &caller, &token, &fields).await?;
     let outcome = app
         .engine()
-        .acknowledge_cancel(&context(&caller, &fields), &fence)
+        .acknowledge_cancel(&context(&caller, &fields, &key), &fence)
         .await?;
     app.wake().bump();
     Ok(Json(outcome.into()))

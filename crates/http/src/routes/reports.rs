@@ -10,7 +10,7 @@ use super::work::{item_error, TaskOutcomeAnswer, MAX_BATCH};
 use crate::app::App;
 use crate::auth::Role;
 use crate::error::{ApiError, ApiResult, ErrorBody};
-use crate::extract::{Caller, JsonBody};
+use crate::extract::{Caller, IdempotencyKey, JsonBody};
 use axum::extract::State;
 use axum::Json;
 use opledger_engine::{ClaimOutcome, Completion, OutcomeReport};
@@ -98,7 +98,7 @@ async fn outcome_report<S: Store>(app: &App<S>, caller: &Caller, report: ReportB
         ReportKind::AckCancel => ClaimOutcome::AcknowledgeCancel,
     };
     Ok(OutcomeReport {
-        context: context(caller, &fields),
+        context: context(caller, &fields, &IdempotencyKey(None)),
         fence,
         outcome,
     })
@@ -115,9 +115,11 @@ async fn outcome_report<S: Store>(app: &App<S>, caller: &Caller, report: ReportB
 pub async fn report_many<S: Store>(
     State(app): State<App<S>>,
     caller: Caller,
+    key: IdempotencyKey,
     JsonBody(body): JsonBody<ReportsBody>,
 ) -> ApiResult<Json<ReportItems>> {
     caller.require(Role::Worker)?;
+    key.refuse("POST /api/v1/reports")?;
     if body.reports.len() > MAX_BATCH {
         return Err(ApiError::invalid(format!(
             "one call carries at most {MAX_BATCH} reports, not {}",

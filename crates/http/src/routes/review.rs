@@ -9,13 +9,13 @@ use super::params::{plain_text, Query};
 use crate::app::App;
 use crate::auth::Role;
 use crate::error::{ApiError, ApiResult, ErrorBody};
-use crate::extract::{Caller, JsonBody, Params};
+use crate::extract::{Caller, IdempotencyKey, JsonBody, Params};
 use axum::extract::{Path, State};
 use axum::Json;
 use opledger_domain::projections::ReviewRow;
 use opledger_domain::review::{ReasonCode, ReviewAction};
 use opledger_domain::{quoted, BatchId, MediaId, OperationId, OperationStatus, Timestamp};
-use opledger_engine::{BulkResolution, CommandContext, Listing, ReviewFilter};
+use opledger_engine::{BulkResolution, Listing, ReviewFilter};
 use opledger_store::Store;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -149,7 +149,7 @@ pub struct Resolve {
 
 /// Resolves one entry by a recorded action (admin); answers the entry.
 #[utoipa::path(post, path = "/api/v1/review/{entry}/resolve", tag = "admin",
-    params(("entry" = i64, Path, description = "The entry's id")),
+    params(("entry" = i64, Path, description = "The entry's id"), ("Idempotency-Key" = Option<String>, Header, description = "Names this command for its retries (1 to 200 visible ASCII characters, e.g. a UUID): retried with the same key, it answers the first attempt's result and records nothing more; the same key for another command is 409. Kept 7 days.")),
     request_body = Resolve,
     responses((status = 200, body = ReviewEntry), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody),
@@ -158,6 +158,7 @@ pub struct Resolve {
 pub async fn resolve<S: Store>(
     State(app): State<App<S>>,
     caller: Caller,
+    key: IdempotencyKey,
     Path(entry): Path<String>,
     JsonBody(body): JsonBody<Resolve>,
 ) -> ApiResult<Json<ReviewEntry>> {
@@ -173,7 +174,7 @@ pub async fn resolve<S: Store>(
     let resolved = app
         .engine()
         .resolve_review(
-            &CommandContext::actor(caller.name.clone()),
+            &key.context(caller.name.clone()),
             entry_id,
             body.action.into(),
             body.revision,
@@ -284,6 +285,7 @@ impl BulkReport {
 /// Resolves every open entry a filter matches (admin), each as its own
 /// recorded action; with `dry_run` lists them and records nothing.
 #[utoipa::path(post, path = "/api/v1/review/resolve", tag = "admin", request_body = ResolveAll,
+    params(("Idempotency-Key" = Option<String>, Header, description = "Names this resolution for its retries: each entry's resolution is recorded under KEY/ENTRY, so a retry answers the entries already resolved from their records (they are no longer open, and are not listed again).")),
     responses((status = 200, body = BulkReport), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 413, body = ErrorBody),
         (status = 422, body = ErrorBody)),
@@ -291,6 +293,7 @@ impl BulkReport {
 pub async fn resolve_all<S: Store>(
     State(app): State<App<S>>,
     caller: Caller,
+    key: IdempotencyKey,
     JsonBody(body): JsonBody<ResolveAll>,
 ) -> ApiResult<Json<BulkReport>> {
     caller.require(Role::Admin)?;
@@ -316,7 +319,7 @@ pub async fn resolve_all<S: Store>(
     let report = app
         .engine()
         .resolve_reviews(
-            &CommandContext::actor(caller.name.clone()),
+            &key.context(caller.name.clone()),
             &filter,
             action,
             &body.reason,

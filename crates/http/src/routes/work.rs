@@ -10,7 +10,7 @@
 use crate::app::App;
 use crate::auth::Role;
 use crate::error::{ApiError, ApiResult, ErrorBody, ErrorDetail};
-use crate::extract::{parse_uuid, Caller, JsonBody, OptionalBody};
+use crate::extract::{parse_uuid, Caller, IdempotencyKey, JsonBody, OptionalBody};
 use axum::extract::{Path, State};
 use axum::Json;
 use opledger_domain::{MediaId, OperationId, RegionId};
@@ -129,6 +129,7 @@ fn task_request(caller: &Caller, body: TaskRequestBody) -> ApiResult<TaskRequest
 /// what `opledger task request --json` prints. A worker token limited to
 /// task kinds may request only those.
 #[utoipa::path(post, path = "/api/v1/tasks", tag = "work",
+    params(("Idempotency-Key" = Option<String>, Header, description = "Names this command for its retries (1 to 200 visible ASCII characters, e.g. a UUID): retried with the same key, it answers the first attempt's result and records nothing more; the same key for another command is 409. Kept 7 days.")),
     request_body = TaskRequestBody,
     responses((status = 200, body = RequestAnswer), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 413, body = ErrorBody),
@@ -137,13 +138,14 @@ fn task_request(caller: &Caller, body: TaskRequestBody) -> ApiResult<TaskRequest
 pub async fn request<S: Store>(
     State(app): State<App<S>>,
     caller: Caller,
+    key: IdempotencyKey,
     JsonBody(body): JsonBody<TaskRequestBody>,
 ) -> ApiResult<Json<RequestAnswer>> {
     caller.require(Role::Worker)?;
     let request = task_request(&caller, body)?;
     let outcome = app
         .engine()
-        .request_task(&CommandContext::actor(caller.name.clone()), request)
+        .request_task(&key.context(caller.name.clone()), request)
         .await?;
     if outcome.created {
         app.wake().bump();
@@ -182,9 +184,11 @@ pub struct RequestItems {
 pub async fn request_many<S: Store>(
     State(app): State<App<S>>,
     caller: Caller,
+    key: IdempotencyKey,
     JsonBody(body): JsonBody<TaskRequestsBody>,
 ) -> ApiResult<Json<RequestItems>> {
     caller.require(Role::Worker)?;
+    key.refuse("POST /api/v1/task-requests")?;
     if body.requests.len() > MAX_BATCH {
         return Err(ApiError::invalid(format!(
             "one call carries at most {MAX_BATCH} requests, not {}",
@@ -243,7 +247,7 @@ pub struct CancelBody {
 /// Cancels a task: at once when no worker holds it; otherwise its worker
 /// sees `cancel_requested` at its next heartbeat.
 #[utoipa::path(post, path = "/api/v1/operations/{id}/cancel", tag = "work",
-    params(("id" = String, Path, description = "The task's operation id")),
+    params(("id" = String, Path, description = "The task's operation id"), ("Idempotency-Key" = Option<String>, Header, description = "Names this command for its retries (1 to 200 visible ASCII characters, e.g. a UUID): retried with the same key, it answers the first attempt's result and records nothing more; the same key for another command is 409. Kept 7 days.")),
     request_body(content = Option<CancelBody>),
     responses((status = 200, body = TaskOutcomeAnswer), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)),
@@ -251,6 +255,7 @@ pub struct CancelBody {
 pub async fn cancel<S: Store>(
     State(app): State<App<S>>,
     caller: Caller,
+    key: IdempotencyKey,
     Path(id): Path<String>,
     OptionalBody(body): OptionalBody<CancelBody>,
 ) -> ApiResult<Json<TaskOutcomeAnswer>> {
@@ -259,7 +264,7 @@ pub async fn cancel<S: Store>(
     let reason = body.reason.unwrap_or_default();
     let outcome = app
         .engine()
-        .cancel_task(&CommandContext::actor(caller.name.clone()), operation_id, &reason)
+        .cancel_task(&key.context(caller.name.clone()), operation_id, &reason)
         .await?;
     app.wake().bump();
     Ok(Json(outcome.into()))

@@ -126,7 +126,28 @@ impl<S: opledger_store::Store> Service<S> {
 
     /// A request as `who`, with a JSON body when given.
     pub async fn call(&self, method: Method, path: &str, who: As, body: Option<Value>) -> Answer {
+        self.call_with(method, path, who, body, &[]).await
+    }
+
+    /// A POST as `who` with an `Idempotency-Key` header.
+    pub async fn post_keyed(&self, path: &str, who: As, body: Value, key: &str) -> Answer {
+        self.call_with(Method::POST, path, who, Some(body), &[("Idempotency-Key", key)])
+            .await
+    }
+
+    /// [`Service::call`] with extra headers.
+    pub async fn call_with(
+        &self,
+        method: Method,
+        path: &str,
+        who: As,
+        body: Option<Value>,
+        headers: &[(&str, &str)],
+    ) -> Answer {
         let mut request = self.http.request(method, self.url(path));
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
         if let Some(token) = self.token(who) {
             request = request.bearer_auth(token);
         }
