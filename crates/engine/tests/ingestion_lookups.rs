@@ -229,6 +229,7 @@ fn registration(claim: &opledger_engine::IngestionClaim) -> Registration {
         media_kind: "image".into(),
         parsed: json!({}),
         observed: None,
+        blocked: Default::default(),
     }
 }
 
