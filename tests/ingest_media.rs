@@ -246,6 +246,25 @@ fn without_ffmpeg_on_path_a_videos_kinds_are_blocked_with_the_reason_and_status_
     let beach = Item::read(dir.path(), &photos.join("beach.png"));
     assert_eq!(beach.kinds(), ["metadata", "perceptual_hash", "thumbnail"]);
 
+    // A changed video (a new digest, so new revisions): the image kinds
+    // stay not applicable and its own kinds stay blocked; nothing fails.
+    write_ftyp(&clips[0], b"mp42", b"mp42isomavc1");
+    let output = ingest_support::run_ingest(without_ffmpeg(), &[]);
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    let summary: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(
+        (count(&summary, "changed"), count(&summary, "failed")),
+        (1, 0),
+        "{summary}"
+    );
+    let item = Item::read(dir.path(), &clips[0]);
+    for kind in IMAGE_KINDS {
+        assert_eq!(item.status(kind), "not_applicable", "{kind}");
+    }
+    for kind in ["video_metadata", "poster_frame"] {
+        assert_eq!(item.status(kind), "blocked", "{kind}");
+    }
+
     // `status` names the reason once, with how many it blocks.
     let output = without_ffmpeg().arg("status").output().unwrap();
     assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
