@@ -107,6 +107,24 @@ pub fn status(report: &StatusReport, as_json: bool) {
         );
     }
     println!("review queue: {} open", report.review_queue);
+    if !report.blocked_by_reason.is_empty() {
+        // One line per reason: a tool that is not installed blocks every
+        // file's task alike, and is said once.
+        println!("blocked, by reason:");
+        for blocked in &report.blocked_by_reason {
+            let reason = if blocked.reason.is_empty() {
+                "(no reason given)"
+            } else {
+                blocked.reason.as_str()
+            };
+            let count = if blocked.counted_all {
+                blocked.count.to_string()
+            } else {
+                format!("{}+", blocked.count)
+            };
+            println!("  {reason}: {count} ({})", blocked.kinds.join(", "));
+        }
+    }
     println!("{}", integrity_line(report.integrity.as_ref()));
     println!("projections:");
     for projection in &report.projections {

@@ -468,7 +468,7 @@ fn bad_input_is_refused_with_exit_2_or_4_and_appends_nothing() {
         (
             request("--media", &media, "transcode", "{}"),
             2,
-            "declared kinds: auto_tagging, caption, crop_embedding",
+            "declared kinds: audio_metadata, auto_tagging, caption",
         ),
         (
             request("--media", "not-a-uuid", "thumbnail", THUMBNAIL_INPUTS),

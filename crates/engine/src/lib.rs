@@ -52,7 +52,7 @@ pub use kinds::{
 pub use observe::{WriteKind, WriteObserver, WriteTimings};
 pub use opledger_domain::lease::{LeaseMs, MAX_LEASE_MS};
 pub use opledger_domain::work::{ClaimOutcome, Completion, Fence};
-pub use queries::{BatchSummary, ProjectionLag, StatusReport};
+pub use queries::{BatchSummary, BlockedReason, ProjectionLag, StatusReport};
 pub use query::{
     decode_cursor, encode_cursor, BatchItemView, BatchMembership, BatchPage, CapabilityItem, Listing, MediaDetail,
     MediaFilter, MediaItem, MediaRef, OperationItem, OpsFilter, Page, PageRequest, ReviewItem, ReviewView,

@@ -16,6 +16,10 @@ use opledger_domain::{CapabilityStatus, EventEnvelope, MediaId, OperationId, Ope
 
 /// Active batches the status summary lists (per status), at most.
 const ACTIVE_BATCHES_SHOWN: usize = 100;
+/// Blocked operations the status summary reads to group them by reason, at
+/// most: a reason shared by thousands of files (a tool not installed) is
+/// found in the first of them.
+const BLOCKED_READ: usize = 1000;
 use opledger_store::Store;
 use serde::Serialize;
 
@@ -52,10 +56,28 @@ pub struct StatusReport {
     pub active_batches: Vec<BatchSummary>,
     /// Open review entries.
     pub review_queue: i64,
+    /// Why operations are blocked, one entry per reason (a tool missing
+    /// blocks every file's task alike: said once, not per file); left out
+    /// when nothing is blocked.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub blocked_by_reason: Vec<BlockedReason>,
     pub projections: Vec<ProjectionLag>,
     /// The last check of the log's integrity (`replay --verify`), if one
     /// was recorded.
     pub integrity: Option<crate::IntegrityCheck>,
+}
+
+/// Blocked operations that share a reason.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BlockedReason {
+    pub reason: String,
+    /// How many of the blocked operations read carry it (at most the
+    /// first thousand blocked are read: `counted_all` says whether that
+    /// was every one).
+    pub count: i64,
+    pub counted_all: bool,
+    /// Their task kinds, in name order.
+    pub kinds: Vec<String>,
 }
 
 /// Counts by name serialize as one JSON object (`{"queued": 3, ...}`), in
@@ -177,6 +199,15 @@ impl<S: Store> Engine<S> {
                 position: state.position,
             })
             .collect();
+        let blocked = operations_by_status
+            .iter()
+            .find(|(status, _)| status == OperationStatus::Blocked.as_str())
+            .map_or(0, |(_, count)| *count);
+        let blocked_by_reason = if blocked > 0 {
+            self.blocked_by_reason(blocked).await?
+        } else {
+            Vec::new()
+        };
         let registered = self.counts(&MEDIA_COUNTS_TABLE, MEDIA_COUNT).await?;
         Ok(StatusReport {
             backend: self.store.backend(),
@@ -189,9 +220,45 @@ impl<S: Store> Engine<S> {
             stale_by_kind,
             active_batches,
             review_queue,
+            blocked_by_reason,
             projections,
             integrity: self.last_verification().await?,
         })
+    }
+
+    /// The blocked operations (up to [`BLOCKED_READ`] of `blocked`) grouped
+    /// by their reason, most common first.
+    async fn blocked_by_reason(&self, blocked: i64) -> Result<Vec<BlockedReason>, EngineError> {
+        let rows = self
+            .store
+            .find_rows(
+                &OPERATIONS_TABLE,
+                &[("status", Cell::Text(OperationStatus::Blocked.as_str().to_string()))],
+                BLOCKED_READ,
+            )
+            .await?;
+        let counted_all = i64::try_from(rows.len()).unwrap_or(i64::MAX) >= blocked;
+        let mut by_reason: std::collections::BTreeMap<String, (i64, std::collections::BTreeSet<String>)> =
+            std::collections::BTreeMap::new();
+        for row in rows {
+            if let Row::Operation(operation) = row {
+                let reason = operation.status_reason.unwrap_or_default();
+                let entry = by_reason.entry(reason).or_default();
+                entry.0 += 1;
+                entry.1.insert(operation.kind);
+            }
+        }
+        let mut reasons: Vec<BlockedReason> = by_reason
+            .into_iter()
+            .map(|(reason, (count, kinds))| BlockedReason {
+                reason,
+                count,
+                counted_all,
+                kinds: kinds.into_iter().collect(),
+            })
+            .collect();
+        reasons.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.reason.cmp(&b.reason)));
+        Ok(reasons)
     }
 
     /// The operation's events in order, with actor, time and cause.

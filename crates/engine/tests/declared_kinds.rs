@@ -415,11 +415,12 @@ backend_tests!(
 /// The reference pipeline's file and the example application's declare the
 /// former built-in kinds exactly as a ledger upgraded from before
 /// declarations records them, but for the media crate's image kinds, whose
-/// outputs changed (one shared reduced-size decode, EXIF facts): those are
-/// version 2, keep every former input as it was, add only optional inputs,
-/// and keep target, capability, needs and policy, so applying the file to
-/// such a ledger records a new version that every former request still
-/// satisfies.
+/// outputs changed (one shared reduced-size decode, EXIF facts) and which
+/// apply to images only: those are version 3 with `applies_to = ["image"]`,
+/// keep every former input as it was, add only optional inputs, and keep
+/// target, capability, needs and policy, so applying the file to such a
+/// ledger records a new version that every former request on an image
+/// still satisfies.
 #[test]
 fn the_shipped_declaration_files_match_what_an_upgrade_records_but_for_the_revised_image_kinds() {
     const REVISED: [&str; 3] = ["metadata", "thumbnail", "perceptual_hash"];
@@ -450,7 +451,8 @@ fn the_shipped_declaration_files_match_what_an_upgrade_records_but_for_the_revis
                     former.name
                 );
             }
-            expected.version = "2".to_string();
+            expected.version = "3".to_string();
+            expected.applies_to = vec!["image".to_string()];
             expected.inputs = declared.inputs.clone();
             expected.purpose = declared.purpose.clone();
         }

@@ -230,6 +230,7 @@ fn registration(claim: &opledger_engine::IngestionClaim) -> Registration {
         media_kind: "image".into(),
         parsed: json!({}),
         observed: None,
+        blocked: Default::default(),
     }
 }
 

@@ -8,11 +8,14 @@ use crate::finish::{finish_settled, SETTLE_WINDOW};
 use crate::patience::patiently;
 use crate::pipeline::CHUNK;
 use crate::workers::KnownPaths;
-use crate::{IngestError, IngestProgress, StopSignal, INGEST_TASK_KINDS};
+use crate::{task_kinds_for, IngestError, IngestProgress, StopSignal};
 use futures::StreamExt;
 use opledger_domain::{IngestionStage, MediaId, OperationId};
 use opledger_engine::{CommandContext, Engine, FileObservation, IngestionClaim, Registration};
-use opledger_media::{hash_file, read_metadata, text_path, MediaError, Settler};
+use opledger_media::{
+    classify_file, hash_file, read_metadata, text_path, MediaError, MediaKind, Settler, HEIF_SUPPORT, IMAGE_KINDS,
+    NO_FFMPEG, NO_HEIF_SUPPORT, VIDEO_KINDS,
+};
 use opledger_store::Store;
 use opledger_worker::ComputeThreads;
 use serde_json::{json, Value};
@@ -32,6 +35,9 @@ pub(crate) struct FileReading {
     pub compute: ComputeThreads,
     /// How long a write may fail on storage trouble (see `patience`).
     pub give_up_after: Duration,
+    /// Whether `ffprobe` and `ffmpeg` are installed: without them a
+    /// video's kinds are requested blocked.
+    pub ffmpeg_found: bool,
 }
 
 /// A file of this run that is being processed.
@@ -240,6 +246,7 @@ impl<S: Store> Files<'_, S> {
                         media_kind: found.media_kind,
                         parsed: found.parsed,
                         observed: Some(found.observed),
+                        blocked: found.blocked,
                     });
                     by_operation.insert(file.claim.operation_id, file);
                 }
@@ -265,9 +272,21 @@ impl<S: Store> Files<'_, S> {
             })
             .await?;
         }
-        for chunk in chunks(registrations, CHUNK) {
+        // Files of one media kind get the same kinds: one command per kind
+        // of file in a chunk (a photo library's chunks hold one).
+        let mut by_kinds: BTreeMap<&'static [&'static str], Vec<Registration>> = BTreeMap::new();
+        for registration in registrations {
+            by_kinds
+                .entry(task_kinds_for(&registration.media_kind))
+                .or_default()
+                .push(registration);
+        }
+        for (kinds, chunk) in by_kinds
+            .into_iter()
+            .flat_map(|(kinds, group)| chunks(group, CHUNK).into_iter().map(move |chunk| (kinds, chunk)))
+        {
             let registered = patiently(patience, "register files", || {
-                engine.register_ingestions(context, chunk.clone(), INGEST_TASK_KINDS)
+                engine.register_ingestions(context, chunk.clone(), kinds)
             })
             .await?;
             for outcome in registered {
@@ -319,8 +338,10 @@ struct FileRead {
     /// `sha256:<hex>`.
     digest: String,
     byte_size: i64,
-    /// `image`, or `unknown` when the header names no image format.
+    /// What the content says it is: `image`, `video`, `audio`, `other`.
     media_kind: String,
+    /// The kinds that cannot run on it here, with why.
+    blocked: BTreeMap<String, String>,
     /// What the header says (format and dimensions, or the decoder's error).
     parsed: Value,
     /// The file's size and modification time as it was read.
@@ -359,7 +380,8 @@ async fn read_files(
                             () = stop.requested() => return Reading::Stopped,
                         }
                     }
-                    let read = compute.run(move || read_file(&path));
+                    let ffmpeg_found = reading.ffmpeg_found;
+                    let read = compute.run(move || read_file(&path, ffmpeg_found));
                     tokio::select! {
                         read = read => match read {
                             Ok(Ok(found)) => Reading::Read(found),
@@ -379,8 +401,8 @@ async fn read_files(
 }
 
 /// Reads a file once: its size and modification time, its content digest,
-/// and what its header says it is.
-fn read_file(path: &Path) -> Result<FileRead, String> {
+/// what its content says it is, and for an image what its header says.
+fn read_file(path: &Path, ffmpeg_found: bool) -> Result<FileRead, String> {
     let unreadable = |error: MediaError| match error {
         MediaError::Io { action, source, .. } => format!("cannot read the file ({action} it): {source}"),
         other => format!("cannot read the file: {other}"),
@@ -388,17 +410,36 @@ fn read_file(path: &Path) -> Result<FileRead, String> {
     let metadata = std::fs::metadata(path).map_err(|error| format!("cannot read the file: {error}"))?;
     let observed = observe(path, &metadata);
     let hash = hash_file(path).map_err(unreadable)?;
-    let (media_kind, parsed) = match read_metadata(path) {
-        Ok(metadata) => (
-            "image".to_string(),
-            json!({"format": metadata.format, "width": metadata.width, "height": metadata.height}),
+    let classified = classify_file(path).map_err(unreadable)?;
+    let unavailable = |kinds: &[&str], reason: &str| -> BTreeMap<String, String> {
+        kinds
+            .iter()
+            .map(|kind| (kind.to_string(), reason.to_string()))
+            .collect()
+    };
+    let (parsed, blocked) = match classified.kind {
+        MediaKind::Image if classified.needs_heif() && !HEIF_SUPPORT => (
+            json!({"format": classified.format}),
+            unavailable(IMAGE_KINDS, NO_HEIF_SUPPORT),
         ),
-        Err(error) => ("unknown".to_string(), json!({"error": error.to_string()})),
+        MediaKind::Image => match read_metadata(path) {
+            Ok(metadata) => (
+                json!({"format": metadata.format, "width": metadata.width, "height": metadata.height}),
+                BTreeMap::new(),
+            ),
+            Err(error) => (json!({"error": error.to_string()}), BTreeMap::new()),
+        },
+        MediaKind::Video if !ffmpeg_found => (
+            json!({"format": classified.format}),
+            unavailable(VIDEO_KINDS, NO_FFMPEG),
+        ),
+        _ => (json!({"format": classified.format}), BTreeMap::new()),
     };
     Ok(FileRead {
         digest: hash.digest(),
         byte_size: i64::try_from(hash.byte_size).unwrap_or(i64::MAX),
-        media_kind,
+        media_kind: classified.kind.as_str().to_string(),
+        blocked,
         parsed,
         observed,
     })

@@ -5,7 +5,7 @@ use crate::drive::{chunks, InFlight};
 use crate::pipeline::CHUNK;
 use crate::IngestError;
 use opledger_domain::projections::ProcessingStateRow;
-use opledger_domain::{MediaId, OperationId};
+use opledger_domain::{MediaId, OperationId, OperationStatus};
 use opledger_engine::{CommandContext, Engine};
 use opledger_store::Store;
 use serde_json::{json, Value};
@@ -44,7 +44,7 @@ pub(crate) async fn finish_settled<S: Store>(
         looked_at += window.len();
         let tasks: Vec<OperationId> = window.iter().flat_map(|file| file.tasks.iter().copied()).collect();
         let read = engine.media_task_states(&tasks).await?;
-        let settled = read.iter().filter(|state| state.status.is_terminal()).count();
+        let settled = read.iter().filter(|state| settled_here(state.status)).count();
         states.extend(read.into_iter().map(|state| (state.operation_id, state)));
         if settled * 2 < tasks.len() {
             break;
@@ -57,7 +57,7 @@ pub(crate) async fn finish_settled<S: Store>(
     for file in std::mem::take(in_flight) {
         let file_states: Vec<&ProcessingStateRow> = file.tasks.iter().filter_map(|id| states.get(id)).collect();
         let all_settled =
-            file_states.len() == file.tasks.len() && file_states.iter().all(|state| state.status.is_terminal());
+            file_states.len() == file.tasks.len() && file_states.iter().all(|state| settled_here(state.status));
         if !all_settled {
             still_running.push(file);
             continue;
@@ -80,6 +80,15 @@ pub(crate) async fn finish_settled<S: Store>(
         .await?;
     }
     Ok(Finished { done, failed })
+}
+
+/// Whether a task is done with as far as this run goes: it ended, or it
+/// is blocked. The ingest's kinds have no needs, so a block of theirs is
+/// one the run asked for (what the task runs with is missing here: ffmpeg
+/// not installed, a build without HEIF support), and nothing in this run
+/// will lift it; the file finishes with the task `blocked`, not failed.
+fn settled_here(status: OperationStatus) -> bool {
+    status.is_terminal() || status == OperationStatus::Blocked
 }
 
 /// What a file's settled tasks came to.

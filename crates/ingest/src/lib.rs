@@ -2,9 +2,13 @@
 //! `ingestion.file` operation per new or changed file and a batch over the
 //! folder's files, moves each file through its stages (settling, hashing,
 //! parsing, registered, completed — each on the file's timeline), registers
-//! the media item with its content digest, requests its image tasks
-//! (metadata, thumbnail, perceptual hash) and runs them with a pool of local
-//! workers, until every file has settled.
+//! the media item with its content digest and its media kind (by content:
+//! `image`, `video`, `audio`, `other`), requests its tasks (the image
+//! kinds on every file, where they apply to images only; a video's and a
+//! sound's own kinds) and runs them with a pool of local workers, until
+//! every file has settled. A task that cannot run here (ffmpeg not
+//! installed, a HEIF photo in a build without HEIF support) is requested
+//! `blocked` with the reason, and its file settles without it.
 //!
 //! Everything it does goes through the engine, so the ledger knows exactly
 //! what happened to every file; what it keeps in memory is only what one
@@ -51,5 +55,25 @@ pub use options::{IngestOptions, IngestProgress, NoProgress, StopLevel, StopSign
 pub use pipeline::ingest;
 pub use summary::{IngestError, IngestSummary, Interrupted, ReviewEntry, SkippedFile};
 
-/// The task kinds an ingest requests on every file.
-pub const INGEST_TASK_KINDS: &[&str] = &["metadata", "thumbnail", "perceptual_hash"];
+/// The task kinds an ingest requests on every file: the image kinds, which
+/// end `not_applicable` on a file that is not an image, so every file's
+/// record says what the main job did with it.
+pub const INGEST_TASK_KINDS: &[&str] = opledger_media::IMAGE_KINDS;
+
+/// The task kinds an ingest requests on a file of `media_kind`: the image
+/// kinds on every file, and a video's or a sound's own kinds on those
+/// alone (a photo library's ledger holds no rows for kinds that could
+/// never apply to its files).
+pub fn task_kinds_for(media_kind: &str) -> &'static [&'static str] {
+    match media_kind {
+        "video" => &[
+            "metadata",
+            "thumbnail",
+            "perceptual_hash",
+            "video_metadata",
+            "poster_frame",
+        ],
+        "audio" => &["metadata", "thumbnail", "perceptual_hash", "audio_metadata"],
+        _ => INGEST_TASK_KINDS,
+    }
+}

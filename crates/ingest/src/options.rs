@@ -36,6 +36,10 @@ pub struct IngestOptions {
     /// run stops with that error; what it held is taken over by the next
     /// run.
     pub give_up_after: Duration,
+    /// `ffprobe` and `ffmpeg`, found on `PATH` once for the run; `None`
+    /// where they are not installed: videos' kinds are then requested
+    /// `blocked` with [`opledger_media::NO_FFMPEG`].
+    pub ffmpeg: Option<opledger_media::Ffmpeg>,
 }
 
 impl IngestOptions {
@@ -51,6 +55,7 @@ impl IngestOptions {
             stop_grace: Duration::from_secs(5),
             stop: StopSignal::new(),
             give_up_after: Duration::from_secs(60),
+            ffmpeg: opledger_media::Ffmpeg::find(),
         }
     }
 }

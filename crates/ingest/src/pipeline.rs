@@ -134,6 +134,7 @@ pub async fn ingest<S: Store>(
         settler: Settler::new(options.settle_quiet).with_poll(options.settle_quiet / 5),
         compute: workers.compute.clone(),
         give_up_after: options.give_up_after,
+        ffmpeg_found: options.ffmpeg.is_some(),
     };
     let known_paths = workers.known_paths.clone();
     let workers_ended = workers.ended.clone();

@@ -5,7 +5,10 @@
 use crate::{IngestError, IngestOptions};
 use opledger_domain::MediaId;
 use opledger_engine::Engine;
-use opledger_media::{resolver_fn, DecodeCache, ExecutionCounter, MetadataTask, PerceptualHashTask, ThumbnailTask};
+use opledger_media::{
+    resolver_fn, AudioMetadataTask, DecodeCache, ExecutionCounter, MetadataTask, PerceptualHashTask, PosterFrameTask,
+    ThumbnailTask, VideoMetadataTask,
+};
 use opledger_store::Store;
 use opledger_worker::{ComputeThreads, FlightRecord, PoolError, PoolReport, TaskError, WorkerPool};
 use std::collections::BTreeMap;
@@ -107,11 +110,19 @@ impl ImageWorkers {
                     .on_compute_threads(compute.clone()),
             )
             .task(
-                PerceptualHashTask::new(resolver)
+                PerceptualHashTask::new(resolver.clone())
                     .with_counter(executions.clone())
                     .with_cache(decodes.clone())
                     .on_compute_threads(compute.clone()),
             )
+            // A video's and a sound's kinds: the video tools run as child
+            // processes, not on the compute threads.
+            .task(VideoMetadataTask::new(resolver.clone(), options.ffmpeg.clone()).with_counter(executions.clone()))
+            .task(
+                PosterFrameTask::new(resolver.clone(), options.ffmpeg.clone(), options.thumbnails_dir.clone())
+                    .with_counter(executions.clone()),
+            )
+            .task(AudioMetadataTask::new(resolver).with_counter(executions.clone()))
             .workers(slots)
             .lease(options.lease)
             .heartbeat_interval(options.lease / 4)

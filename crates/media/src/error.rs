@@ -34,6 +34,12 @@ pub enum MediaError {
     /// output format, a zero size). Final.
     #[error("{0}")]
     Invalid(String),
+    /// A file that is not an image could not be read for what it is: a
+    /// video `ffprobe`/`ffmpeg` refused or did not finish within its time
+    /// limit, audio whose container does not parse. The same bytes fail
+    /// the same way, so it is final.
+    #[error("{0}")]
+    Unreadable(String),
 }
 
 impl MediaError {

@@ -103,6 +103,16 @@ fn header_dimensions<R: BufRead + Seek>(reader: ImageReader<R>) -> ImageResult<(
 /// applies: nothing is allocated for pixels, so a decompression bomb's
 /// header reads like any other (the decode refuses it).
 pub fn image_metadata(bytes: &[u8]) -> Result<ImageMetadata, MediaError> {
+    #[cfg(feature = "heif")]
+    if let Some(format) = crate::heif::heif_format(bytes) {
+        let (width, height) = crate::heif::heif_dimensions(bytes)?;
+        return Ok(ImageMetadata {
+            format,
+            width,
+            height,
+            byte_size: bytes.len() as u64,
+        });
+    }
     let (reader, format) = reader(bytes)?;
     let (width, height) = header_dimensions(reader).map_err(not_an_image)?;
     Ok(ImageMetadata {
@@ -115,6 +125,12 @@ pub fn image_metadata(bytes: &[u8]) -> Result<ImageMetadata, MediaError> {
 
 /// [`image_metadata`] of a file, reading only as far as its header.
 pub fn read_metadata(path: &Path) -> Result<ImageMetadata, MediaError> {
+    #[cfg(feature = "heif")]
+    if crate::classify::classify_file(path)?.needs_heif() {
+        // The container's boxes may sit anywhere in the file: read it whole.
+        let bytes = std::fs::read(path).map_err(|source| MediaError::io("reading", path, source))?;
+        return image_metadata(&bytes);
+    }
     let byte_size = std::fs::metadata(path)
         .map_err(|source| MediaError::io("reading the size of", path, source))?
         .len();

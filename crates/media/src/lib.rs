@@ -8,6 +8,14 @@
 //! ([`KINDS_TOML`]); and a generator of deterministic
 //! sample images (with optional corrupt files) for trying the pipeline out.
 //!
+//! Files are classified by content ([`classify_file`]: `image`, `video`,
+//! `audio`, `other`), and the image kinds apply to images only. Video gets
+//! `video_metadata` and `poster_frame` through `ffprobe`/`ffmpeg` as child
+//! processes with a time limit, when they are installed ([`Ffmpeg`]);
+//! audio gets `audio_metadata` in pure Rust ([`audio_facts`]). HEIF/HEIC
+//! and AVIF photos are images of their own formats, decoded only in a
+//! build with the `heif` feature ([`HEIF_SUPPORT`]).
+//!
 //! It knows image formats and files, and must not know SQL, a store backend
 //! or the engine's commands: the worker tasks see only a
 //! [`opledger_worker::Job`] (the claim, its inputs, fenced file outputs),
@@ -38,12 +46,17 @@
 /// format).
 pub const KINDS_TOML: &str = include_str!("../kinds.toml");
 
+pub mod audio;
+pub mod av_tasks;
 pub mod cache;
 pub mod camera;
+pub mod classify;
 pub mod decode;
 pub mod dhash;
 pub mod error;
 pub mod hash;
+#[cfg(feature = "heif")]
+mod heif;
 pub mod image_ops;
 mod jpeg;
 mod jpeg_scaled;
@@ -52,13 +65,36 @@ pub mod paths;
 pub mod samples;
 pub mod settle;
 pub mod tasks;
+pub mod video;
 pub mod working;
+
+/// Whether this build decodes HEIF/HEIC and AVIF photos (the `heif`
+/// feature, which links the system's libheif). Without it their image
+/// kinds are requested `blocked` with [`NO_HEIF_SUPPORT`].
+pub const HEIF_SUPPORT: bool = cfg!(feature = "heif");
+
+/// The reason HEIF/AVIF photos' image kinds are blocked in a build without
+/// the `heif` feature.
+pub const NO_HEIF_SUPPORT: &str = "built without HEIF support";
+
+/// The kinds the image tasks run ([`KINDS_TOML`]): what a HEIF photo's
+/// block names in a build without HEIF support.
+pub const IMAGE_KINDS: &[&str] = &["metadata", "thumbnail", "perceptual_hash"];
+
+/// The kinds of video files, run through `ffprobe`/`ffmpeg`.
+pub const VIDEO_KINDS: &[&str] = &["video_metadata", "poster_frame"];
+
+/// The kinds of sound files.
+pub const AUDIO_KINDS: &[&str] = &["audio_metadata"];
 
 /// The `image` crate this one is built on (its types appear in the API).
 pub use image;
 
+pub use audio::{audio_facts, AudioFacts};
+pub use av_tasks::{AudioMetadataTask, PosterFrameTask, VideoMetadataTask};
 pub use cache::DecodeCache;
 pub use camera::{camera_facts, CameraFacts};
+pub use classify::{classify_bytes, classify_file, Classified, MediaKind};
 pub use decode::{decode_image, decode_image_with, DecodeLimits, DecodedImage};
 pub use dhash::{dhash, hamming_distance, DHash, DHASH_ALGORITHM};
 pub use error::MediaError;
@@ -74,4 +110,5 @@ pub use tasks::{
     resolver_fn, ExecutionCounter, MetadataTask, PathResolver, PerceptualHashTask, ThumbnailTask,
     DEFAULT_THUMBNAIL_SIDE, MAX_THUMBNAIL_SIDE,
 };
+pub use video::{Ffmpeg, VideoFacts, NO_FFMPEG};
 pub use working::{decode_working, WorkingImage, DEFAULT_WORKING_SIDE};

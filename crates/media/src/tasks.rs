@@ -320,7 +320,7 @@ enum Checked<T> {
 
 /// The hex SHA-256 the claim's `content_digest` names (`sha256:<hex>`, or
 /// bare hex).
-fn expected_sha256(inputs: &Value) -> Result<String, TaskError> {
+pub(crate) fn expected_sha256(inputs: &Value) -> Result<String, TaskError> {
     let Some(digest) = inputs.get("content_digest").and_then(Value::as_str) else {
         return Err(TaskError::terminal(
             "the claim has no content_digest input to check the file against",
@@ -338,7 +338,7 @@ fn expected_sha256(inputs: &Value) -> Result<String, TaskError> {
 
 /// A media error as a task error, naming the file: I/O is retryable,
 /// everything else terminal.
-fn task_error(error: &MediaError, path: &Path) -> TaskError {
+pub(crate) fn task_error(error: &MediaError, path: &Path) -> TaskError {
     let message = format!("{error} (file {})", path.display());
     if error.is_retryable() {
         TaskError::Retryable(message)

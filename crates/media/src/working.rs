@@ -28,7 +28,9 @@ pub const DEFAULT_WORKING_SIDE: u32 = 2 * DEFAULT_THUMBNAIL_SIDE;
 /// A file decoded once for its image tasks.
 #[derive(Debug, Clone)]
 pub struct WorkingImage {
-    pub format: ImageFormat,
+    /// The format's name (see [`format_name`]; `heif` and `avif` too in a
+    /// build with the `heif` feature).
+    pub format: &'static str,
     /// The full size as displayed (after the EXIF orientation).
     pub width: u32,
     pub height: u32,
@@ -47,7 +49,7 @@ impl WorkingImage {
     /// The full image's metadata (format, displayed size, byte size).
     pub fn metadata(&self) -> ImageMetadata {
         ImageMetadata {
-            format: format_name(self.format),
+            format: self.format,
             width: self.width,
             height: self.height,
             byte_size: self.byte_size,
@@ -75,8 +77,19 @@ impl WorkingImage {
 /// side is at most `side` (see the module documentation).
 pub fn decode_working(bytes: &[u8], limits: &DecodeLimits, side: u32) -> Result<WorkingImage, MediaError> {
     let side = side.max(1);
+    #[cfg(feature = "heif")]
+    if let Some(name) = crate::heif::heif_format(bytes) {
+        let image = crate::heif::decode_heif(bytes, name, limits)?;
+        return Ok(fitted(
+            bytes,
+            name,
+            image,
+            side,
+            image::metadata::Orientation::NoTransforms,
+        ));
+    }
     let (reader, format) = reader(bytes)?;
-    let (mut image, orientation, stored) = match format {
+    let (image, orientation, stored) = match format {
         ImageFormat::Jpeg => {
             let reduced = crate::jpeg_scaled::decode_reduced(bytes, limits, side)?;
             (reduced.image, reduced.orientation, reduced.stored)
@@ -87,14 +100,30 @@ pub fn decode_working(bytes: &[u8], limits: &DecodeLimits, side: u32) -> Result<
             (image, orientation, stored)
         }
     };
+    let mut working = fitted(bytes, format_name(format), image, side, orientation);
+    // The full size as displayed: a JPEG decoded at reduced size was
+    // stored larger than it was decoded.
+    (working.width, working.height) = oriented(stored, orientation);
+    Ok(working)
+}
+
+/// The working image of a decoded picture as stored: fitted to `side`,
+/// then turned upright by `orientation`.
+fn fitted(
+    bytes: &[u8],
+    format: &'static str,
+    mut image: DynamicImage,
+    side: u32,
+    orientation: image::metadata::Orientation,
+) -> WorkingImage {
     let decoded = (image.width(), image.height());
     let (fit_width, fit_height) = thumbnail_size(image.width(), image.height(), side);
     if (fit_width, fit_height) != decoded {
         image = shrink(&image, fit_width, fit_height);
     }
     image.apply_orientation(orientation);
-    let (width, height) = oriented(stored, orientation);
-    Ok(WorkingImage {
+    let (width, height) = oriented(decoded, orientation);
+    WorkingImage {
         format,
         width,
         height,
@@ -102,5 +131,5 @@ pub fn decode_working(bytes: &[u8], limits: &DecodeLimits, side: u32) -> Result<
         decoded,
         image,
         camera: camera_facts(bytes),
-    })
+    }
 }

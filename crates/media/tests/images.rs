@@ -355,7 +355,7 @@ fn a_png_named_jpg_and_a_jpeg_named_png_are_read_by_their_contents() {
             opledger_media::DEFAULT_WORKING_SIDE,
         )
         .unwrap();
-        assert_eq!(opledger_media::format_name(working.format), expected, "{name}");
+        assert_eq!(working.format, expected, "{name}");
         assert_eq!((working.width, working.height), (64, 48));
     }
 }
@@ -375,7 +375,7 @@ fn webp_and_the_first_frame_of_an_animated_gif_give_metadata_a_thumbnail_and_a_h
         .write_to(&mut std::io::Cursor::new(&mut webp), ImageFormat::WebP)
         .unwrap();
     let working = opledger_media::decode_working(&webp, &limits, side).unwrap();
-    assert_eq!(opledger_media::format_name(working.format), "webp");
+    assert_eq!(working.format, "webp");
     assert_eq!((working.width, working.height), (1200, 900));
     assert_eq!(
         (working.image.width(), working.image.height()),
@@ -397,7 +397,7 @@ fn webp_and_the_first_frame_of_an_animated_gif_give_metadata_a_thumbnail_and_a_h
         }
     }
     let working = opledger_media::decode_working(&gif, &limits, side).unwrap();
-    assert_eq!(opledger_media::format_name(working.format), "gif");
+    assert_eq!(working.format, "gif");
     assert_eq!((working.width, working.height), (40, 30));
     let first = working.image.to_rgba8();
     assert!(

@@ -62,9 +62,14 @@ pub struct Registration {
     /// `sha256:<hex>`.
     pub content_digest: String,
     pub byte_size: i64,
-    /// `image` when the header names an image format, else `unknown` (its
-    /// image tasks then fail with the decoder's reason).
+    /// What the file is by its content (`image`, `video`, `audio`,
+    /// `other`): the kinds that do not apply to it end `not_applicable`.
     pub media_kind: String,
+    /// Kinds that cannot run on this file here, by name, with why (a tool
+    /// not installed, a decoder not built): requested `blocked` with that
+    /// reason instead of queued, so they wait for a person to add what is
+    /// missing rather than fail.
+    pub blocked: BTreeMap<String, String>,
     /// What parsing found (format, dimensions), for the timeline.
     pub parsed: Value,
     /// The file as it was read (size and modification time once it
@@ -319,6 +324,7 @@ impl<S: Store> Engine<S> {
             .await?;
         let mut planned = Vec::with_capacity(registrations.len());
         let mut requests = Vec::new();
+        let mut unavailable = Vec::new();
         for registration in registrations {
             let (media_id, new_media) = match existing.get(&registration.claim.path) {
                 Some(media) => (media.media_id, false),
@@ -332,14 +338,20 @@ impl<S: Store> Engine<S> {
                     inputs: serde_json::Value::Object(serde_json::Map::new()),
                     priority: 0,
                 });
+                unavailable.push(registration.blocked.get(*kind).cloned());
             }
             planned.push((registration, media_id, new_media));
         }
-        let prepared = self.prepare_requests(requests);
+        let prepared: Vec<_> = self
+            .prepare_requests(requests)
+            .into_iter()
+            .zip(unavailable)
+            .map(|(item, reason)| item.map(|(request, operation_id, _)| (request, operation_id, reason)))
+            .collect();
         // The id each request's task would get if it is new.
         let new_ids: Vec<Option<OperationId>> = prepared
             .iter()
-            .map(|item| item.as_ref().ok().map(|(_, operation_id)| *operation_id))
+            .map(|item| item.as_ref().ok().map(|(_, operation_id, _)| *operation_id))
             .collect();
         let per_file = kinds.len();
         let stamp = self.stamp(context);

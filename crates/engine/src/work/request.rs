@@ -49,9 +49,11 @@ pub struct RequestOutcome {
     pub status: OperationStatus,
 }
 
-/// A prepared request: the caller's request and the id a new task
-/// operation would get.
-pub(crate) type PreparedRequest = Result<(TaskRequest, OperationId), EngineError>;
+/// A prepared request: the caller's request, the id a new task operation
+/// would get, and why the task cannot run where it was requested (a tool
+/// or decoder this installation lacks), if it cannot: such a task is
+/// recorded `blocked` with that reason instead of queued.
+pub(crate) type PreparedRequest = Result<(TaskRequest, OperationId, Option<String>), EngineError>;
 
 /// Decides a batch of task requests inside the caller's transaction: one
 /// read per table for the whole batch, then one answer per request and the
@@ -67,7 +69,7 @@ pub(crate) async fn request_in_tx<T: WriteTx>(
     // The targets, in two reads: regions first (a region
     // names its item), then every item.
     let region_ids: BTreeSet<RegionId> = valid()
-        .filter_map(|(request, _)| match request.target {
+        .filter_map(|(request, _, _)| match request.target {
             TaskTarget::Region(region_id) => Some(region_id),
             TaskTarget::Media(_) => None,
         })
@@ -82,7 +84,7 @@ pub(crate) async fn request_in_tx<T: WriteTx>(
         }
     }
     let media_ids: BTreeSet<MediaId> = valid()
-        .filter_map(|(request, _)| match request.target {
+        .filter_map(|(request, _, _)| match request.target {
             TaskTarget::Media(media_id) => Some(media_id),
             TaskTarget::Region(region_id) => regions.get(&region_id).map(|region| region.media_id),
         })
@@ -128,9 +130,9 @@ pub(crate) async fn request_in_tx<T: WriteTx>(
 
     // The declared kinds the batch names, and, only when one is not
     // declared, every kind (for the refusal to list them).
-    let kinds = load_kinds(tx, rows, valid().map(|(request, _)| request.kind.as_str())).await?;
+    let kinds = load_kinds(tx, rows, valid().map(|(request, _, _)| request.kind.as_str())).await?;
     let catalogue: Vec<TaskKindRow> =
-        if valid().any(|(request, _)| kinds.get(&request.kind).is_none_or(|row| row.declaration.is_none())) {
+        if valid().any(|(request, _, _)| kinds.get(&request.kind).is_none_or(|row| row.declaration.is_none())) {
             all_kinds(tx).await?
         } else {
             Vec::new()
@@ -153,7 +155,7 @@ pub(crate) async fn request_in_tx<T: WriteTx>(
     let mut decided: BTreeMap<(uuid::Uuid, String), (OperationId, String)> = BTreeMap::new();
     for item in prepared {
         let answer = (|| {
-            let (request, new_operation_id) = item?;
+            let (request, new_operation_id, unavailable) = item?;
             let kind = kinds
                 .get(&request.kind)
                 .and_then(|row| row.declaration.as_ref())
@@ -195,6 +197,17 @@ pub(crate) async fn request_in_tx<T: WriteTx>(
                 )));
             }
             let (outcome, append) = match existing.get(&slot) {
+                // A kind that does not apply to the item stays so at any
+                // revision: a new digest does not make a video an image.
+                Some(state) if state.status == OperationStatus::NotApplicable && !kind.applies_to(media_kind) => (
+                    RequestOutcome {
+                        operation_id: state.operation_id,
+                        requested_revision: revision.clone(),
+                        created: false,
+                        status: state.status,
+                    },
+                    None,
+                ),
                 Some(state) => match work::decide_request(state, &revision, inputs, version) {
                     None => (
                         RequestOutcome {
@@ -209,8 +222,14 @@ pub(crate) async fn request_in_tx<T: WriteTx>(
                         let requeued =
                             matches!(&event, Event::OperationRevisionRequested(requested) if requested.requeue);
                         let mut events = vec![stamp.event(event)];
-                        // Work that runs again waits for its needs again.
-                        if let Some(need) = requeued.then(|| unmet(kind, media_id, &capabilities)).flatten() {
+                        // Work that runs again waits for its needs again,
+                        // and cannot run where what it runs with is missing.
+                        if let Some(reason) = unavailable.clone().filter(|_| requeued) {
+                            events.extend(
+                                Event::for_reason(Cause::Block, state.operation_id, reason)
+                                    .map(|event| stamp.event(event)),
+                            );
+                        } else if let Some(need) = requeued.then(|| unmet(kind, media_id, &capabilities)).flatten() {
                             events.push(stamp.event(Event::blocked_on_need(state.operation_id, need)));
                         }
                         (
@@ -227,17 +246,20 @@ pub(crate) async fn request_in_tx<T: WriteTx>(
                 None => {
                     // A kind that does not apply to the item's media kind is
                     // recorded as such, and never becomes claimable; one
-                    // whose needs are unmet waits, blocked, until they are.
+                    // that cannot run here (what it runs with is missing)
+                    // is blocked with the reason; one whose needs are unmet
+                    // waits, blocked, until they are.
                     let applies = kind.applies_to(media_kind);
-                    let blocked_on = if applies {
+                    let unavailable = unavailable.filter(|_| applies);
+                    let blocked_on = if applies && unavailable.is_none() {
                         unmet(kind, media_id, &capabilities)
                     } else {
                         None
                     };
-                    let status = match (applies, &blocked_on) {
-                        (false, _) => OperationStatus::NotApplicable,
-                        (true, Some(_)) => OperationStatus::Blocked,
-                        (true, None) => OperationStatus::Queued,
+                    let status = match (applies, &unavailable, &blocked_on) {
+                        (false, _, _) => OperationStatus::NotApplicable,
+                        (true, Some(_), _) | (true, None, Some(_)) => OperationStatus::Blocked,
+                        (true, None, None) => OperationStatus::Queued,
                     };
                     let event = Event::OperationCreated(OperationCreated {
                         operation_id: new_operation_id,
@@ -268,6 +290,11 @@ pub(crate) async fn request_in_tx<T: WriteTx>(
                         events.extend(
                             Event::for_reason(Cause::MarkNotApplicable, new_operation_id, reason)
                                 .map(|event| stamp.event(event)),
+                        );
+                    }
+                    if let Some(reason) = unavailable {
+                        events.extend(
+                            Event::for_reason(Cause::Block, new_operation_id, reason).map(|event| stamp.event(event)),
                         );
                     }
                     if let Some(need) = blocked_on {
@@ -452,7 +479,7 @@ impl<S: Store> Engine<S> {
                         request.kind.chars().take(64).collect::<String>()
                     )));
                 }
-                Ok((request, OperationId(self.ids.next())))
+                Ok((request, OperationId(self.ids.next()), None))
             })
             .collect()
     }
