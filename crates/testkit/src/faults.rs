@@ -197,6 +197,10 @@ impl<S: Store> Store for FaultyStore<S> {
         self.inner.read_stream(stream_id).await
     }
 
+    async fn shared_time(&self) -> Result<Option<Timestamp>, StoreError> {
+        self.inner.shared_time().await
+    }
+
     async fn read_stream_after(
         &self,
         stream_id: &StreamId,
