@@ -523,7 +523,11 @@ fn a_killed_worker_and_appender_lose_nothing_acknowledged_and_recovery_and_repla
             // An hour past both this host's clock and the log's last time:
             // an earlier round's recovery, an hour ahead, dated the log
             // forward, and a command's time never goes back along it.
-            let last = events.iter().map(|event| event.recorded_at.as_micros()).max().unwrap_or(0);
+            let last = events
+                .iter()
+                .map(|event| event.recorded_at.as_micros())
+                .max()
+                .unwrap_or(0);
             let later = Timestamp::from_micros(SystemClock.now().as_micros().max(last) + 3_600_000_000);
             let recovering = Engine::with_clock(store.clone(), Arc::new(FixedClock::at(later)), Arc::new(UuidV7Ids));
             let report = recovering.recover(&CommandContext::actor("recovery")).await.unwrap();
