@@ -155,6 +155,32 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_session_ends_when_its_client_stalls_inside_a_transaction_unless_the_url_says_otherwise() {
+        let default = PostgresConfig::from_url("postgres://root@127.0.0.1:5432/test").unwrap();
+        let options = default.options.get_options().unwrap_or_default();
+        assert!(
+            options.contains(&format!(
+                "idle_in_transaction_session_timeout={STALLED_TRANSACTION_TIMEOUT}"
+            )),
+            "{options}"
+        );
+        let own = PostgresConfig::from_url(
+            "postgres://root@127.0.0.1:5432/test?options=-c%20idle_in_transaction_session_timeout%3D1000",
+        )
+        .unwrap();
+        let options = own.options.get_options().unwrap_or_default();
+        assert_eq!(
+            options.matches("idle_in_transaction_session_timeout").count(),
+            1,
+            "{options}"
+        );
+        assert!(
+            options.contains("idle_in_transaction_session_timeout=1000"),
+            "{options}"
+        );
+    }
+
+    #[test]
     fn urls_parse_and_others_are_refused() {
         let config = PostgresConfig::from_url("postgres://root@127.0.0.1:5432/test").unwrap();
         assert_eq!(config.describe(), "127.0.0.1:5432/test");
