@@ -15,12 +15,12 @@
 //! reads none of them ([`test_var`]): no environment can slow, block or
 //! harden a production child.
 
-use super::fold::{fold_until, FoldStop};
-use super::records::Records;
+use super::fold::{fold_until, FoldLimits, FoldStop};
+use super::records::{Records, RecordsError};
 use super::write::{write_records, WriteStop};
 use super::{ChildReport, ExportSpec};
 use crate::SuperviseError;
-use opledger_engine::{Clock, SystemClock};
+use opledger_engine::{Clock, EngineError, SystemClock};
 use opledger_store::Store;
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
@@ -124,7 +124,8 @@ async fn run<S: Store>(store: &S, args: &ChildArgs, reports: &mut dyn Write) -> 
         std::thread::sleep(Duration::from_millis(block));
     }
     let mut last = Instant::now();
-    let folded = fold_until(store, args.spec.as_of_seq, args.spec.what.projection(), |_| {
+    let limits = FoldLimits::default();
+    let folded = fold_until(store, args.spec.as_of_seq, args.spec.what.projection(), limits, |_| {
         if last.elapsed() >= CHECKPOINT {
             last = Instant::now();
             if stopped() {
@@ -142,7 +143,10 @@ async fn run<S: Store>(store: &S, args: &ChildArgs, reports: &mut dyn Write) -> 
     if stopped() {
         return Ok(ChildEnd::Stopped);
     }
-    let records = Records::of(args.spec.what, args.spec.batch, rows).map_err(SuperviseError::Gone)?;
+    let records = Records::of(args.spec.what, args.spec.batch, rows).map_err(|error| match error {
+        RecordsError::Missing(why) => SuperviseError::Gone(why),
+        RecordsError::Store(error) => SuperviseError::Engine(EngineError::Store(error)),
+    })?;
     let total = records.total();
     let regular_rows = records.regular_rows();
     report(
@@ -186,6 +190,7 @@ async fn run<S: Store>(store: &S, args: &ChildArgs, reports: &mut dyn Write) -> 
     let written = match written {
         Ok(written) => written,
         Err(WriteStop::Stopped) => return Ok(ChildEnd::Stopped),
+        Err(WriteStop::Store(error)) => return Err(EngineError::Store(error).into()),
         Err(WriteStop::Io(source)) => {
             return Err(SuperviseError::Io {
                 context: format!("writing {}", args.out.display()),

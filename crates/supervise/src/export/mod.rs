@@ -12,6 +12,7 @@
 pub mod child;
 pub mod fold;
 pub mod records;
+pub mod spilled;
 pub mod write;
 
 use opledger_domain::BatchId;

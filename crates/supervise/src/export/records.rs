@@ -2,9 +2,13 @@
 //! operation, or per batch item) or the capability pivot. Sorted by key,
 //! so one position always gives the same records in the same order.
 
+use super::spilled::SpilledRows;
 use super::What;
-use opledger_domain::projections::{OperationRow, Row, WorkingSet};
+use opledger_domain::projections::{
+    OperationRow, Row, BATCHES_TABLE, BATCH_ITEMS_TABLE, CAPABILITY_STATES_TABLE, OPERATIONS_TABLE,
+};
 use opledger_domain::{BatchId, Timestamp};
+use opledger_store::StoreError;
 use serde_json::Value;
 use std::collections::BTreeMap;
 
@@ -22,11 +26,11 @@ pub enum Records {
 /// The data rows of a plain export.
 #[derive(Debug)]
 pub enum Rows {
-    /// Every operation of the folded rows, in key order, each turned into
-    /// its cells only as it is written. *Why:* an operations export of a
-    /// large ledger holds every operation; holding each as cells too
-    /// would double the child's memory.
-    Operations { folded: WorkingSet, count: u64 },
+    /// Every operation of the folded rows, in key order, each decoded and
+    /// turned into its cells only as it is written. *Why:* an operations
+    /// export of a large ledger holds every operation; holding each whole
+    /// too would triple the child's memory.
+    Operations { folded: SpilledRows, count: u64 },
     /// Rows taken out and ordered beforehand (one batch's items).
     Listed(Vec<Vec<Value>>),
 }
@@ -44,12 +48,12 @@ impl Rows {
     }
 
     /// Hands each row's cells to `each`, in order; an error stops the walk.
-    pub fn each<E>(&self, mut each: impl FnMut(&[Value]) -> Result<(), E>) -> Result<(), E> {
+    pub fn each<E: From<StoreError>>(&self, mut each: impl FnMut(&[Value]) -> Result<(), E>) -> Result<(), E> {
         match self {
             Rows::Operations { folded, .. } => {
-                for row in folded.rows() {
-                    if let Row::Operation(operation) = row {
-                        each(&operation_cells(operation))?;
+                for row in folded.rows(&OPERATIONS_TABLE) {
+                    if let Row::Operation(operation) = row? {
+                        each(&operation_cells(&operation))?;
                     }
                 }
                 Ok(())
@@ -88,16 +92,31 @@ pub const OPERATION_COLUMNS: &[&str] = &[
     "updated_at",
 ];
 
+/// Why an export has no records.
+#[derive(Debug)]
+pub enum RecordsError {
+    /// What it asks for did not exist at its position (a batch).
+    Missing(String),
+    /// A folded row could not be read back.
+    Store(StoreError),
+}
+
+impl From<StoreError> for RecordsError {
+    fn from(error: StoreError) -> Self {
+        RecordsError::Store(error)
+    }
+}
+
 /// The columns of the batch items export.
 pub const BATCH_ITEM_COLUMNS: &[&str] = &["position", "operation_id", "label", "outcome", "last_status", "runs"];
 
 impl Records {
     /// The records `what` takes from the folded rows; a batch export of a
     /// batch that did not exist at the position is refused with why.
-    pub fn of(what: What, batch: Option<BatchId>, rows: WorkingSet) -> Result<Records, String> {
+    pub fn of(what: What, batch: Option<BatchId>, rows: SpilledRows) -> Result<Records, RecordsError> {
         match what {
             What::Operations => {
-                let count = rows.rows().filter(|row| matches!(row, Row::Operation(_))).count() as u64;
+                let count = rows.count(&OPERATIONS_TABLE) as u64;
                 Ok(Records::Rows {
                     columns: OPERATION_COLUMNS,
                     rows: Rows::Operations { folded: rows, count },
@@ -105,8 +124,8 @@ impl Records {
             }
             What::CapabilityCounts => {
                 let mut pivot: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
-                for row in rows.rows() {
-                    if let Row::Capability(capability) = row {
+                for row in rows.rows(&CAPABILITY_STATES_TABLE) {
+                    if let Row::Capability(capability) = row? {
                         *pivot
                             .entry(capability.capability.clone())
                             .or_default()
@@ -117,16 +136,20 @@ impl Records {
                 Ok(Records::Pivot(pivot))
             }
             What::BatchItems => {
-                let batch = batch.ok_or("a batch_items export needs --batch")?;
-                let known = rows
-                    .rows()
-                    .any(|row| matches!(row, Row::Batch(found) if found.batch_id == batch));
+                let batch =
+                    batch.ok_or_else(|| RecordsError::Missing("a batch_items export needs --batch".to_string()))?;
+                let mut known = false;
+                for row in rows.rows(&BATCHES_TABLE) {
+                    known |= matches!(row?, Row::Batch(found) if found.batch_id == batch);
+                }
                 if !known {
-                    return Err(format!("batch {batch} did not exist at this position of the log"));
+                    return Err(RecordsError::Missing(format!(
+                        "batch {batch} did not exist at this position of the log"
+                    )));
                 }
                 let mut items: Vec<(i64, Vec<Value>)> = Vec::new();
-                for row in rows.rows() {
-                    if let Row::BatchItem(item) = row {
+                for row in rows.rows(&BATCH_ITEMS_TABLE) {
+                    if let Row::BatchItem(item) = row? {
                         if item.batch_id == batch {
                             items.push((
                                 item.position,

@@ -5,6 +5,7 @@
 
 use super::records::Records;
 use super::{ExportSpec, Format};
+use opledger_store::StoreError;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::fs::File;
@@ -22,8 +23,16 @@ pub struct Written {
 #[derive(Debug)]
 pub enum WriteStop {
     Io(std::io::Error),
+    /// A folded row could not be read back.
+    Store(StoreError),
     /// `after_record` said stop.
     Stopped,
+}
+
+impl From<StoreError> for WriteStop {
+    fn from(error: StoreError) -> Self {
+        WriteStop::Store(error)
+    }
 }
 
 impl From<std::io::Error> for WriteStop {
