@@ -26,10 +26,10 @@
 //! Metadata operations are modelled as durable the moment they return:
 //! creating a file, deleting one (its overlay is dropped with it) and
 //! truncating one. A truncate is a barrier: the file's overlay is written to
-//! the real file first, then the real file is truncated. SQLite truncates
-//! the database only in a checkpoint, after the WAL it copies from was
-//! synced, so writing those pages a moment before their sync loses nothing
-//! a real disk would keep.
+//! the real file first, then the real file is truncated. In WAL mode SQLite
+//! truncates the database only in a checkpoint, after the WAL it copies
+//! from was synced (at NORMAL and FULL), so the barrier makes durable early
+//! only pages that the synced WAL holds anyway.
 //!
 //! Only the main database, its WAL and its rollback journal get overlays;
 //! temporary files and the like pass straight through (nothing reads them
@@ -47,8 +47,9 @@
 //! (wal.c, SQLite 3.46 as libsqlite3-sys 0.30 bundles it: "The wal-index
 //! is transient. After a crash, the wal-index can (and should be)
 //! reconstructed from the original WAL file.") The tests must therefore
-//! hold no connection of their own open while a writer runs, or theirs
-//! would be the first connection and keep the dead writer's wal-index.
+//! hold no connection of their own open while a writer runs: its lock on
+//! the DMS byte would spare the dead writer's wal-index from that
+//! truncation, and the next connections would trust it.
 
 use libsqlite3_sys as ffi;
 use std::collections::btree_map::Entry;
