@@ -56,7 +56,7 @@ const CHILD_TEST: &str = "power_loss_child_appends_through_the_powerloss_vfs_unt
 const CRASH_POINTS: usize = 100;
 /// The crash points are spread over this many databases in turn, each
 /// growing across its share: the check after every kill replays the whole
-/// log, so a log five times longer costs five times the checking, while a
+/// log, so a log ten times longer costs ten times the checking, while a
 /// power loss meets the same WAL and checkpoints either way.
 const DATABASES: usize = 10;
 /// Every this many crash points the child is killed at a random moment
@@ -461,8 +461,9 @@ fn with_synchronous_full_no_acknowledged_event_is_lost_to_a_power_loss() {
 
 #[test]
 fn with_synchronous_normal_a_power_loss_loses_only_a_suffix_of_acknowledged_events_and_the_ledger_stays_intact() {
-    // Children live longer than at FULL: the loss window is measured, and
-    // a child killed sooner than it could lose would cut it short.
+    // Children live longer than at FULL: a child killed before a whole
+    // checkpoint cycle has passed could lose no more than it wrote, and
+    // the measured window would be the child's life, not SQLite's.
     let (tally, summary) = crash_points("normal", 300);
     eprintln!("{summary}");
     assert_no_problems(&tally, &summary);
