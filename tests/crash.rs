@@ -14,32 +14,28 @@
 //! to the database path, selecting [`crash_child_appends_until_killed`],
 //! which does nothing in a normal run. Five tasks write concurrently in the
 //! child, so the group-commit path (several commands per transaction, each in
-//! its own savepoint) is what gets killed most of the time.
+//! its own savepoint) is what gets killed most of the time (the workload and
+//! the child's plumbing: `tests/crash_support/mod.rs`, shared with
+//! `tests/power_loss.rs`).
 
 mod common;
+mod crash_support;
 
 use common::{binary, run, runtime, temp_db};
+use crash_support::{append_until_killed, die, spawn_child, Report, XorShift};
 use futures::TryStreamExt;
-use opledger_domain::decide::OperationCommand;
-use opledger_domain::events::{Event, MediaRegistered, MediaUpdated, OperationTarget};
-use opledger_domain::{Cause, EventEnvelope, MediaId, NewEvent, OperationId, OperationStatus, StreamId};
-use opledger_engine::{CommandContext, Engine, EngineError, NewOperation};
-use opledger_store::{ExpectedVersion, Store, StreamAppend};
+use opledger_domain::EventEnvelope;
+use opledger_engine::Engine;
+use opledger_store::Store;
 use opledger_store_sqlite::{SqliteConfig, SqliteStore};
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
-use uuid::Uuid;
 
 const CHILD_ENV: &str = "OPLEDGER_CRASH_CHILD";
 const CHILD_TEST: &str = "crash_child_appends_until_killed";
 const ROUNDS: usize = 28;
-/// Tasks appending media events with `Engine::append`, besides the one
-/// running operation lifecycles.
-const APPENDERS: usize = 4;
 
 // ---------------------------------------------------------------- child --
 
@@ -58,360 +54,18 @@ fn crash_child_appends_until_killed() {
     runtime.block_on(child(PathBuf::from(path)));
 }
 
-/// Writes one line per acknowledged event, `ack SEQ STREAM VERSION`, in one
-/// write so lines of concurrent tasks never interleave.
-fn report(envelopes: &[EventEnvelope]) {
-    let mut lines = String::new();
-    for envelope in envelopes {
-        lines.push_str(&format!(
-            "ack {} {} {}\n",
-            envelope.seq, envelope.stream_id, envelope.stream_version
-        ));
-    }
-    say(&lines);
-}
-
-/// Writes to the parent; if it is gone there is nobody to report to.
-fn say(text: &str) {
-    let mut stdout = std::io::stdout().lock();
-    if stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()).is_err() {
-        std::process::exit(71);
-    }
-}
-
-/// A command the child cannot recover from: say why and stop, so the parent
-/// sees the child die before it was killed.
-fn die(what: &str, error: EngineError) -> ! {
-    eprintln!("crash child: {what} failed: {error}");
-    std::process::exit(70);
-}
-
 async fn child(path: PathBuf) {
     let store = SqliteStore::open(SqliteConfig::at(&path))
         .await
         .unwrap_or_else(|error| die("opening the store", error.into()));
     let (engine, _) = Engine::open(store).await.unwrap_or_else(|error| die("startup", error));
-    // libtest has printed `test NAME ... ` without a newline; start afresh.
-    say("\nready\n");
-    let mut tasks = Vec::new();
-    for appender in 0..APPENDERS {
-        tasks.push(tokio::spawn(append_media(engine.clone(), appender)));
-    }
-    tasks.push(tokio::spawn(run_lifecycles(engine)));
-    for task in tasks {
-        task.await.expect("child tasks loop until the process is killed");
-    }
-}
-
-fn new_event(engine: &Engine<SqliteStore>, actor: &str, event: Event) -> NewEvent {
-    NewEvent {
-        event,
-        recorded_at: engine.clock().now(),
-        actor: actor.to_string(),
-        correlation_id: Uuid::now_v7().to_string(),
-        causation_id: None,
-    }
-}
-
-/// Appends media registrations through the low-level `Engine::append`,
-/// which returns the stored envelopes: one event, two events on one stream,
-/// or two streams in one atomic append.
-async fn append_media(engine: Engine<SqliteStore>, appender: usize) {
-    let actor = format!("appender-{appender}");
-    for round in 0u64.. {
-        let registered = |media_id: MediaId| {
-            Event::MediaRegistered(MediaRegistered {
-                media_id,
-                path: format!("/crash/{appender}/{round}/{media_id}.jpg"),
-                media_kind: "image".into(),
-                content_digest: None,
-                byte_size: Some(round as i64),
-            })
-        };
-        let first = MediaId(Uuid::now_v7());
-        let mut appends = vec![StreamAppend {
-            stream_id: StreamId::media(first),
-            expected: ExpectedVersion::NoStream,
-            events: vec![new_event(&engine, &actor, registered(first))],
-        }];
-        match round % 3 {
-            1 => appends[0].events.push(new_event(
-                &engine,
-                &actor,
-                Event::MediaUpdated(MediaUpdated {
-                    media_id: first,
-                    path: format!("/crash/{appender}/{round}/moved.jpg"),
-                    content_digest: Some(format!("sha256:{round:064x}")),
-                    byte_size: Some(round as i64 + 1),
-                }),
-            )),
-            2 => {
-                let second = MediaId(Uuid::now_v7());
-                appends.push(StreamAppend {
-                    stream_id: StreamId::media(second),
-                    expected: ExpectedVersion::NoStream,
-                    events: vec![new_event(&engine, &actor, registered(second))],
-                });
-            }
-            _ => {}
-        }
-        match engine.append(appends).await {
-            Ok(envelopes) => report(&envelopes),
-            Err(error) => die("appending media", error),
-        }
-    }
-}
-
-/// The typed commands return ids or claim tokens, not envelopes; the stream
-/// they wrote is this task's alone, so its last event is the one the
-/// command appended.
-async fn last_of(engine: &Engine<SqliteStore>, stream_id: &StreamId) -> EventEnvelope {
-    let mut events = engine
-        .store()
-        .read_stream(stream_id)
-        .await
-        .unwrap_or_else(|error| die("reading back a stream", error.into()));
-    events.pop().expect("the command just appended to this stream")
-}
-
-/// Runs operations through their lifecycle with the typed commands, three
-/// paths in turn: straight success; a retryable failure, retry and success;
-/// and interruption, requeue and a terminal failure.
-async fn run_lifecycles(engine: Engine<SqliteStore>) {
-    let context = CommandContext::actor("crash-worker");
-    let command = |operation_id: OperationId, command: OperationCommand| {
-        let engine = engine.clone();
-        let context = context.clone();
-        async move {
-            match engine.operation_command(&context, operation_id, command).await {
-                Ok(envelope) => report(&[envelope]),
-                Err(error) => die("an operation command", error),
-            }
-        }
-    };
-    let claim = |operation_id: OperationId| {
-        let engine = engine.clone();
-        let context = context.clone();
-        async move {
-            let token = engine
-                .claim_operation(&context, operation_id, "crash-worker", 60_000)
-                .await
-                .unwrap_or_else(|error| die("claiming", error));
-            report(&[last_of(&engine, &StreamId::operation(operation_id)).await]);
-            token
-        }
-    };
-    for round in 0u64.. {
-        let media_id = engine
-            .register_media(
-                &context,
-                &format!("/crash/lifecycle/{round}.jpg"),
-                "image",
-                None,
-                Some(1),
-            )
-            .await
-            .unwrap_or_else(|error| die("registering media", error));
-        report(&[last_of(&engine, &StreamId::media(media_id)).await]);
-        let path = round % 3;
-        let operation_id = engine
-            .create_operation(
-                &context,
-                NewOperation {
-                    kind: "export".into(),
-                    target: OperationTarget {
-                        media_id: Some(media_id),
-                        region_id: None,
-                        path: None,
-                    },
-                    revision: Some(format!("rev-{round}")),
-                    inputs: serde_json::json!({"size": 256, "round": round}),
-                    status: if path == 2 {
-                        OperationStatus::Pending
-                    } else {
-                        OperationStatus::Queued
-                    },
-                    priority: (round % 5) as i32,
-                },
-            )
-            .await
-            .unwrap_or_else(|error| die("creating an operation", error));
-        report(&[last_of(&engine, &StreamId::operation(operation_id)).await]);
-        match path {
-            0 => {
-                let token = claim(operation_id).await;
-                command(
-                    operation_id,
-                    OperationCommand::Start {
-                        claim_token: token.clone(),
-                    },
-                )
-                .await;
-                command(
-                    operation_id,
-                    OperationCommand::Progress {
-                        claim_token: token.clone(),
-                        phase: "writing".into(),
-                        processed: 1,
-                        total: Some(2),
-                    },
-                )
-                .await;
-                command(
-                    operation_id,
-                    OperationCommand::Succeed {
-                        claim_token: token,
-                        output: serde_json::json!({"thumbnail": format!("{round}.webp")}),
-                    },
-                )
-                .await;
-            }
-            1 => {
-                let token = claim(operation_id).await;
-                command(
-                    operation_id,
-                    OperationCommand::Fail {
-                        claim_token: token,
-                        error: "decoder hiccup".into(),
-                        retryable: true,
-                    },
-                )
-                .await;
-                command(
-                    operation_id,
-                    OperationCommand::ScheduleRetry {
-                        available_at: engine.clock().now(),
-                        backoff_ms: 100,
-                        jitter_ms: 7,
-                    },
-                )
-                .await;
-                let token = claim(operation_id).await;
-                command(
-                    operation_id,
-                    OperationCommand::Succeed {
-                        claim_token: token,
-                        output: serde_json::json!({"thumbnail": format!("{round}.webp"), "attempt": 2}),
-                    },
-                )
-                .await;
-            }
-            _ => {
-                command(
-                    operation_id,
-                    OperationCommand::Transition {
-                        cause: Cause::Enqueue,
-                        reason: "inputs ready".into(),
-                    },
-                )
-                .await;
-                let token = claim(operation_id).await;
-                command(operation_id, OperationCommand::Start { claim_token: token }).await;
-                command(
-                    operation_id,
-                    OperationCommand::Interrupt {
-                        reason: "lease expired".into(),
-                    },
-                )
-                .await;
-                command(
-                    operation_id,
-                    OperationCommand::Transition {
-                        cause: Cause::Requeue,
-                        reason: "recovery".into(),
-                    },
-                )
-                .await;
-                let token = claim(operation_id).await;
-                command(
-                    operation_id,
-                    OperationCommand::Fail {
-                        claim_token: token,
-                        error: "corrupt file".into(),
-                        retryable: false,
-                    },
-                )
-                .await;
-            }
-        }
-    }
+    append_until_killed(engine).await;
 }
 
 // --------------------------------------------------------------- parent --
 
-/// xorshift64*: enough randomness for kill times, reproducible from a seed.
-struct XorShift(u64);
-
-impl XorShift {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn between(&mut self, low: u64, high: u64) -> u64 {
-        low + self.next() % (high - low + 1)
-    }
-}
-
 /// What the child acknowledged: seq → (stream, stream version).
 type Acks = BTreeMap<i64, (String, i64)>;
-
-enum Report {
-    Ready,
-    Ack(i64, String, i64),
-}
-
-fn parse_line(line: &str) -> Option<Report> {
-    if line == "ready" {
-        return Some(Report::Ready);
-    }
-    let mut fields = line.strip_prefix("ack ")?.split(' ');
-    let seq = fields.next()?.parse().ok()?;
-    let stream = fields.next()?.to_string();
-    let version = fields.next()?.parse().ok()?;
-    Some(Report::Ack(seq, stream, version))
-}
-
-fn spawn_child(db: &Path) -> (Child, mpsc::Receiver<Report>, std::thread::JoinHandle<String>) {
-    let mut child = Command::new(std::env::current_exe().expect("the test binary's path"))
-        .args(["--exact", CHILD_TEST, "--nocapture", "--test-threads", "1"])
-        .env(CHILD_ENV, db)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start the child");
-    let stdout = child.stdout.take().expect("piped stdout");
-    let (sender, receiver) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut reader = BufReader::new(stdout);
-        let mut line = String::new();
-        loop {
-            line.clear();
-            match reader.read_line(&mut line) {
-                Ok(0) | Err(_) => return,
-                // A line cut short by the kill was never fully reported.
-                Ok(_) if !line.ends_with('\n') => return,
-                Ok(_) => {
-                    if let Some(report) = parse_line(line.trim_end()) {
-                        if sender.send(report).is_err() {
-                            return;
-                        }
-                    }
-                }
-            }
-        }
-    });
-    let mut stderr = child.stderr.take().expect("piped stderr");
-    let stderr = std::thread::spawn(move || {
-        let mut text = String::new();
-        let _ = stderr.read_to_string(&mut text);
-        text
-    });
-    (child, receiver, stderr)
-}
 
 /// Checks the database after a kill; returns the head.
 async fn check_after_crash(db: &Path, acks: &Acks, context: &str) -> i64 {
@@ -487,17 +141,7 @@ fn replay_verify(db: &Path, context: &str) {
 
 #[test]
 fn acknowledged_events_survive_sigkill_and_the_log_stays_gap_free() {
-    let seed = std::env::var("OPLEDGER_CRASH_SEED")
-        .ok()
-        .and_then(|seed| seed.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|since| since.as_nanos() as u64)
-                .unwrap_or(1)
-        })
-        | 1;
-    let mut random = XorShift(seed);
+    let (mut random, seed) = XorShift::seeded("OPLEDGER_CRASH_SEED");
     let (_dir, db) = temp_db();
     let runtime = runtime();
     let started = Instant::now();
@@ -507,10 +151,13 @@ fn acknowledged_events_survive_sigkill_and_the_log_stays_gap_free() {
 
     for round in 1..=ROUNDS {
         let context = format!("round {round} (OPLEDGER_CRASH_SEED={seed})");
-        let (mut child, reports, stderr) = spawn_child(&db);
+        let (mut child, reports, stderr) = spawn_child(CHILD_TEST, &[(CHILD_ENV, db.as_os_str())]);
         let mut round_acks = 0usize;
         let mut record = |report: Report, acks: &mut Acks| {
-            if let Report::Ack(seq, stream, version) = report {
+            if let Report::Ack {
+                seq, stream, version, ..
+            } = report
+            {
                 if let Some(earlier) = acks.insert(seq, (stream.clone(), version)) {
                     panic!("{context}: seq {seq} acknowledged twice: {earlier:?} and ({stream}, {version})");
                 }

@@ -16,6 +16,9 @@
 //! write transactions (before, at, or after their commit): the storage
 //! fault injection of the retry and fault-loop tests.
 //!
+//! [`powerloss`] is a SQLite VFS whose writes are lost unless synced when
+//! its process is killed: the power loss of the power-loss tests.
+//!
 //! This crate must not know the engine, the worker runtime or any business
 //! rule: it only opens stores and hands out URLs. (It is built from the store
 //! crates, and the engine's tests depend on it; a dependency on the engine
@@ -25,6 +28,7 @@
 
 pub mod faults;
 pub mod postgres;
+pub mod powerloss;
 pub mod sqlite;
 
 pub use opledger_store_conformance::Harness;
