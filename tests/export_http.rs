@@ -6,7 +6,9 @@
 //! once; HEAD leaves the attempt pending; DELETE cancels at once) or by an
 //! in-process service whose engine runs on a clock the test moves (an
 //! unstarted attempt expires at 45 s; an expired artifact is 410; a
-//! streamed attempt is recorded `started`).
+//! streamed attempt is recorded `started`; a download that breaks off —
+//! the artifact expiring mid-stream, the client going away — is recorded
+//! `failed`).
 
 mod common;
 mod supervise_support;
@@ -345,73 +347,201 @@ fn spawn_service<S: opledger_store::Store>(app: App<S>, listener: tokio::net::Tc
     tokio::spawn(opledger_http::serve(app, listener, std::future::pending()));
 }
 
+/// An in-process service over the ledger, its engine on a clock the test
+/// moves, ready; with one reader's token.
+struct InProcess {
+    /// Runs the service; dropped with it.
+    _runtime: tokio::runtime::Runtime,
+    app: App<SqliteStore>,
+    clock: Arc<MovedClock>,
+    http: Http,
+    token: String,
+}
+
+impl InProcess {
+    fn start(ledger: &Ledger) -> InProcess {
+        let (token, entry) = opledger_http::new_token("alice", opledger_http::Role::Reader, vec![]).unwrap();
+        let clock = Arc::new(MovedClock {
+            offset_micros: AtomicI64::new(0),
+        });
+        let runtime = runtime();
+        let (app, address) = runtime.block_on(async {
+            let store = SqliteStore::open(SqliteConfig::from_url(ledger.db.to_str().unwrap()).unwrap())
+                .await
+                .unwrap();
+            let config = ServiceConfig {
+                tokens: Tokens::parse(&opledger_http::entry_toml(&entry)).unwrap(),
+                artifact_dir: Some(ArtifactDir::open(&ledger.artifacts).unwrap()),
+                ..ServiceConfig::default()
+            };
+            let engine = Engine::with_clock(store, clock.clone(), Arc::new(UuidV7Ids));
+            let app = App::new(engine, config);
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let address = listener.local_addr().unwrap();
+            spawn_service(app.clone(), listener);
+            (app, address)
+        });
+        let http = Http::new(&format!("http://{address}"));
+        supervise_support::wait_for("the service to be ready", Duration::from_secs(30), || app.is_ready());
+        InProcess {
+            _runtime: runtime,
+            app,
+            clock,
+            http,
+            token,
+        }
+    }
+
+    /// A succeeded export's job token and a pending attempt's file path.
+    fn exported(&self, body: Value) -> (String, u64, String) {
+        let created = self.http.create(&self.token, body);
+        let job = created["job_token"].as_str().unwrap().to_string();
+        self.http.wait_status(&self.token, &job, "succeeded");
+        let attempt = self.http.register(&self.token, &job).body;
+        let file = attempt["file"].as_str().unwrap().to_string();
+        (job, attempt["attempt_id"].as_u64().unwrap(), file)
+    }
+
+    fn attempt_state(&self, attempt: u64) -> AttemptState {
+        self.app.attempts().get(attempt, self.app.engine().now()).unwrap().state
+    }
+
+    /// Waits until the attempt is `wanted`.
+    fn wait_attempt(&self, attempt: u64, wanted: AttemptState) {
+        supervise_support::wait_for(
+            &format!("attempt {attempt} {wanted:?}"),
+            Duration::from_secs(20),
+            || self.attempt_state(attempt) == wanted,
+        );
+    }
+}
+
+/// Appends generated events (operations with media tasks) to the ledger:
+/// an operations export of `events` events is about 30 bytes an event.
+fn add_generated_events(ledger: &Ledger, events: u64) {
+    runtime().block_on(async {
+        let store = SqliteStore::open(SqliteConfig::from_url(ledger.db.to_str().unwrap()).unwrap())
+            .await
+            .unwrap();
+        let (engine, _) = Engine::open(store).await.unwrap();
+        let start = Timestamp::from_datetime(chrono::Utc::now()).as_micros() - 3_600_000_000;
+        let mut generated = opledger_bench::events::GeneratedEvents::with_media_tasks(Timestamp::from_micros(start));
+        for batch in opledger_bench::events::GeneratedEvents::batches(generated.appends(events), 1_000) {
+            engine.append(batch).await.unwrap();
+        }
+    });
+}
+
+#[test]
+fn a_download_that_breaks_off_mid_stream_is_recorded_failed_when_the_artifact_expires_or_the_client_goes() {
+    let ledger = Ledger::new(0, 0);
+    // About 4 MB of CSV: far more than the connection buffers while the
+    // client reads nothing, so most of the file is still to be sent.
+    add_generated_events(&ledger, 150_000);
+    let _supervisor = ledger.supervise(&[], &[]);
+    let service = InProcess::start(&ledger);
+    let token = service.token.clone();
+    let operations = json!({"what": "operations", "format": "csv"});
+
+    // The client goes away after the first chunk: the rest is never sent,
+    // and the attempt is `failed`, not `started`.
+    let (_, attempt, file) = service.exported(operations.clone());
+    service.http.runtime.block_on(async {
+        let mut response = service
+            .http
+            .request(Method::GET, &file, Some(&token), None)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        assert!(response.chunk().await.unwrap().is_some());
+        drop(response);
+    });
+    service.wait_attempt(attempt, AttemptState::Failed);
+
+    // The artifact expires while it streams (last: the service's clock
+    // then runs ahead of the supervisor's heartbeats): the next chunk's check stops
+    // the body short, and the attempt is `failed`.
+    let (_, attempt, file) = service.exported(operations);
+    let (length, received) = service.http.runtime.block_on(async {
+        let mut response = service
+            .http
+            .request(Method::GET, &file, Some(&token), None)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        let length = response.content_length().unwrap();
+        assert!(length > 2_000_000, "a large file: {length} bytes");
+        let mut received = response.chunk().await.unwrap().map_or(0, |chunk| chunk.len() as u64);
+        service.clock.advance(Duration::from_secs(11 * 60));
+        while let Ok(Some(chunk)) = response.chunk().await {
+            received += chunk.len() as u64;
+        }
+        (length, received)
+    });
+    assert!(
+        received < length,
+        "the body stopped short: {received} of {length} bytes"
+    );
+    service.wait_attempt(attempt, AttemptState::Failed);
+
+    service.app.stop();
+}
+
 #[test]
 fn an_unstarted_attempt_expires_at_45_seconds_and_an_expired_artifact_is_410_on_the_services_clock() {
     let ledger = Ledger::new(10, 0);
     let _supervisor = ledger.supervise(&[], &[]);
-    let (token, entry) = opledger_http::new_token("alice", opledger_http::Role::Reader, vec![]).unwrap();
-    let clock = Arc::new(MovedClock {
-        offset_micros: AtomicI64::new(0),
-    });
-    let runtime = runtime();
-    let (app, address) = runtime.block_on(async {
-        let store = SqliteStore::open(SqliteConfig::from_url(ledger.db.to_str().unwrap()).unwrap())
-            .await
-            .unwrap();
-        let config = ServiceConfig {
-            tokens: Tokens::parse(&opledger_http::entry_toml(&entry)).unwrap(),
-            artifact_dir: Some(ArtifactDir::open(&ledger.artifacts).unwrap()),
-            ..ServiceConfig::default()
-        };
-        let engine = Engine::with_clock(store, clock.clone(), Arc::new(UuidV7Ids));
-        let app = App::new(engine, config);
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let address = listener.local_addr().unwrap();
-        spawn_service(app.clone(), listener);
-        (app, address)
-    });
-    let http = Http::new(&format!("http://{address}"));
-    supervise_support::wait_for("the service to be ready", Duration::from_secs(30), || app.is_ready());
-    let created = http.create(&token, json!({"what": "capability_counts", "format": "json"}));
+    let service = InProcess::start(&ledger);
+    let InProcess {
+        app,
+        clock,
+        http,
+        token,
+        ..
+    } = &service;
+    let token = token.as_str();
+    let created = http.create(token, json!({"what": "capability_counts", "format": "json"}));
     let job = created["job_token"].as_str().unwrap();
-    http.wait_status(&token, job, "succeeded");
+    http.wait_status(token, job, "succeeded");
     let now = || app.engine().now();
 
-    let attempt = http.register(&token, job).body;
+    let attempt = http.register(token, job).body;
     let first = attempt["attempt_id"].as_u64().unwrap();
     clock.advance(Duration::from_secs(44));
     assert_eq!(
-        http.register(&token, job).body["attempt_id"],
+        http.register(token, job).body["attempt_id"],
         first,
         "still pending at 44 s"
     );
-    let head = http.call(Method::HEAD, attempt["file"].as_str().unwrap(), Some(&token), None);
+    let head = http.call(Method::HEAD, attempt["file"].as_str().unwrap(), Some(token), None);
     assert_eq!(head.status, StatusCode::OK);
     assert_eq!(head.headers["content-type"], "application/json");
     clock.advance(Duration::from_secs(2));
-    let late = http.call(Method::GET, attempt["file"].as_str().unwrap(), Some(&token), None);
+    let late = http.call(Method::GET, attempt["file"].as_str().unwrap(), Some(token), None);
     assert_error(&late, 410, "gone");
     assert_eq!(app.attempts().get(first, now()).unwrap().state, AttemptState::Expired);
 
     // A new attempt taken in time streams, and is recorded started.
-    let fresh = http.register(&token, job).body;
+    let fresh = http.register(token, job).body;
     let second = fresh["attempt_id"].as_u64().unwrap();
     assert_ne!(second, first);
-    let file = http.call(Method::GET, fresh["file"].as_str().unwrap(), Some(&token), None);
+    let file = http.call(Method::GET, fresh["file"].as_str().unwrap(), Some(token), None);
     assert_eq!(file.status, StatusCode::OK, "{file:?}");
     let pivot: Value = serde_json::from_slice(&file.bytes).unwrap();
     assert!(pivot["pivot"].is_object(), "{pivot}");
     assert_eq!(app.attempts().get(second, now()).unwrap().state, AttemptState::Started);
 
     // Past the artifact's expiry (10 minutes) on the service's clock.
-    let pending = http.register(&token, job).body;
+    let pending = http.register(token, job).body;
     clock.advance(Duration::from_secs(11 * 60));
-    let status = http.status(&token, job).body;
+    let status = http.status(token, job).body;
     assert_eq!(status["expired"], true, "{status}");
     assert_eq!(status["artifact"], Value::Null);
-    assert_error(&http.register(&token, job), 410, "gone");
+    assert_error(&http.register(token, job), 410, "gone");
     assert_error(
-        &http.call(Method::GET, pending["file"].as_str().unwrap(), Some(&token), None),
+        &http.call(Method::GET, pending["file"].as_str().unwrap(), Some(token), None),
         410,
         "gone",
     );
