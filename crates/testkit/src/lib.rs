@@ -13,8 +13,10 @@
 //! where it fails.
 //!
 //! [`faults::FaultyStore`] wraps any backend's store and fails chosen
-//! write transactions (before, at, or after their commit): the storage
-//! fault injection of the retry and fault-loop tests.
+//! write transactions (before, at, or after their commit) or a chosen
+//! statement inside one (the transaction aborted), or holds commits back
+//! (slow commits): the storage fault injection of the retry, fault-loop
+//! and slow-commit tests.
 //!
 //! This crate must not know the engine, the worker runtime or any business
 //! rule: it only opens stores and hands out URLs. (It is built from the store
