@@ -3,9 +3,11 @@
 //! history, `tests/history_support`), the server is stopped and started
 //! again three times (`pg_ctlcluster`: stopped in fast mode, restarted in
 //! immediate mode as a crash would, stopped in fast mode). Calls in flight
-//! are answered Unavailable and tried again with a backoff; while it is
-//! down, `opledger status` exits 5 and an HTTP client of a real `opledger
-//! serve` hears 200 or 503, never anything else. Afterwards every worker
+//! are answered Unavailable and tried again with a backoff; calls made
+//! while it is down wait for it in the store's pool (which reconnects, up
+//! to its acquire timeout). While it is down, a new process's `opledger
+//! status` exits 5, and an HTTP client of a real `opledger serve` hears
+//! 200 or 503, never anything else (the run prints the longest wait). Afterwards every worker
 //! goes on working (none hangs), and after a final drain the history
 //! checker finds nothing lost, duplicated or unexpected; `replay --verify`
 //! passes. The run prints its counts (one JSON line on stderr).
@@ -33,7 +35,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -157,6 +159,8 @@ struct Http {
     base: String,
     token: String,
     answers: Arc<Mutex<BTreeMap<String, usize>>>,
+    /// The longest any answer took, in milliseconds.
+    slowest_ms: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
     client: Option<std::thread::JoinHandle<()>>,
 }
@@ -215,12 +219,21 @@ impl Http {
             std::thread::sleep(Duration::from_millis(50));
         }
         let answers = Arc::new(Mutex::new(BTreeMap::new()));
+        let slowest_ms = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
         let client = {
-            let (base, token, answers, stop) = (base.clone(), token.clone(), answers.clone(), stop.clone());
+            let (base, token, answers, slowest, stop) = (
+                base.clone(),
+                token.clone(),
+                answers.clone(),
+                slowest_ms.clone(),
+                stop.clone(),
+            );
             std::thread::spawn(move || {
                 while !stop.load(Ordering::SeqCst) {
+                    let asked = Instant::now();
                     let code = get(&base, "/api/v1/status", &token);
+                    slowest.fetch_max(asked.elapsed().as_millis() as u64, Ordering::SeqCst);
                     *answers.lock().unwrap().entry(code).or_default() += 1;
                     std::thread::sleep(Duration::from_millis(5));
                 }
@@ -231,6 +244,7 @@ impl Http {
             base,
             token,
             answers,
+            slowest_ms,
             stop,
             client: Some(client),
         }
@@ -444,6 +458,7 @@ async fn restarted_under_load() {
     summary["unavailable_by_call"] = json!(unavailable_by_call);
     summary["cli_exit_5"] = json!(cli_exit_5);
     summary["http_answers"] = json!(answers);
+    summary["http_slowest_ms"] = json!(http.slowest_ms.load(Ordering::SeqCst));
     summary["unavailable_seen"] = json!(seen_by_children + cli_exit_5 + http_503);
     summary["hung_workers"] = json!(hung);
     summary["seconds"] = json!(started.elapsed().as_secs());

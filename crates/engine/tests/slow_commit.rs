@@ -15,7 +15,8 @@
 //!   the ledger wholly before the completion or wholly after it, and while
 //!   the commit is held the reader sees the state before it.
 //!
-//! Afterwards replay equals live, and no lease is left that no claim holds.
+//! Afterwards replay equals live, SQLite's `PRAGMA integrity_check` says
+//! `ok`, and no lease is left that no claim holds.
 
 use opledger_domain::kinds::legacy;
 use opledger_domain::projections::{Row, MEDIA_STATES_TABLE, OPERATIONS_TABLE, REGION_STATES_TABLE};
@@ -25,6 +26,7 @@ use opledger_store::Store;
 use opledger_testkit::faults::FaultyStore;
 use opledger_testkit::{backend_tests, Backend};
 use serde_json::json;
+use sqlx::Connection;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -250,6 +252,14 @@ async fn a_slow_commit_is_never_half_visible_and_leases_and_heartbeats_keep_thei
     // The ledger is whole.
     let report = engine.verify().await.unwrap();
     assert!(report.is_identical(), "{}", report.render());
+    if backend.name() == "sqlite" {
+        let mut connection = sqlx::SqliteConnection::connect(&backend.url()).await.unwrap();
+        let integrity: String = sqlx::query_scalar("PRAGMA integrity_check")
+            .fetch_one(&mut connection)
+            .await
+            .unwrap();
+        assert_eq!(integrity, "ok");
+    }
     let mut leased: Vec<String> = store
         .expired_claims(Timestamp::MAX, 10_000)
         .await
