@@ -8,9 +8,10 @@
 //! to its acquire timeout). While it is down, a new process's `opledger
 //! status` exits 5, and an HTTP client of a real `opledger serve` hears
 //! 200 or 503, never anything else (the run prints the longest wait). Afterwards every worker
-//! goes on working (none hangs), and after a final drain the history
-//! checker finds nothing lost, duplicated or unexpected; `replay --verify`
-//! passes. The run prints its counts (one JSON line on stderr).
+//! goes on working (none hangs), and after a final drain no advisory lock
+//! is held on the database nor any transaction left open, the history
+//! checker finds nothing lost, duplicated or unexpected, and `replay
+//! --verify` passes. The run prints its counts (one JSON line on stderr).
 //!
 //! **One test in its own binary:** cargo runs test binaries one after
 //! another, so no other PostgreSQL test of this workspace runs while this
@@ -441,6 +442,26 @@ async fn restarted_under_load() {
     std::thread::sleep(Duration::from_millis(LEASE_MS as u64 + 500));
     drain(&engine, dir).await;
 
+    // Nothing the restarts interrupted is left holding the database: no
+    // advisory lock (the append lock, a ledger lock) and no transaction
+    // left open.
+    let mut connection = backend.connect().await;
+    let locks_left: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database \
+         WHERE l.locktype = 'advisory' AND d.datname = current_database()",
+    )
+    .fetch_one(&mut connection)
+    .await
+    .expect("read pg_locks");
+    let open_transactions: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() \
+         AND pid <> pg_backend_pid() AND state LIKE 'idle in transaction%'",
+    )
+    .fetch_one(&mut connection)
+    .await
+    .expect("read pg_stat_activity");
+    let _ = sqlx::Connection::close(connection).await;
+
     let records = read_histories(dir);
     let log = whole_log(&engine).await;
     let verdict = check(&records, &log, &killed);
@@ -461,6 +482,8 @@ async fn restarted_under_load() {
     summary["http_slowest_ms"] = json!(http.slowest_ms.load(Ordering::SeqCst));
     summary["unavailable_seen"] = json!(seen_by_children + cli_exit_5 + http_503);
     summary["hung_workers"] = json!(hung);
+    summary["advisory_locks_left"] = json!(locks_left);
+    summary["open_transactions_left"] = json!(open_transactions);
     summary["seconds"] = json!(started.elapsed().as_secs());
     // Straight to stderr: libtest captures eprintln! of passing tests.
     let _ = writeln!(std::io::stderr(), "postgres restart check: {summary}");
@@ -469,6 +492,8 @@ async fn restarted_under_load() {
     assert_eq!(verdict.requested, TASKS, "every request was acknowledged");
     assert_eq!(verdict.succeeded_in_log, TASKS, "one success per task");
     assert!(hung.is_empty(), "workers {hung:?} did no work after the last restart");
+    assert_eq!(locks_left, 0, "advisory locks are held on the database after the run");
+    assert_eq!(open_transactions, 0, "transactions are left open after the run");
     assert!(
         seen_by_children > 0,
         "no call of the requester or the workers was answered Unavailable: the restarts hit nothing"
