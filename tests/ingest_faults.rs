@@ -10,6 +10,12 @@
 //!   stops within its `--give-up-after` with exit 5 and says the disk is
 //!   full; once there is room, the next run resumes and finishes.
 //!
+//! - An ingest whose PostgreSQL lock session ends under it (a server
+//!   restart, a failover: the server releases the lock) stops at once with
+//!   exit 5 saying the lock was lost, instead of going on beside the next
+//!   ingest, which takes the lock; that one finishes with one media item
+//!   per file.
+//!
 //! `replay --verify` after each.
 
 mod common;
@@ -18,7 +24,7 @@ use common::{binary, describe};
 use opledger_domain::projections::{Row, MEDIA_TABLE};
 use opledger_media::{generate_samples_with, SampleOptions};
 use opledger_store::Store;
-use opledger_testkit::{backend_tests, Backend};
+use opledger_testkit::{backend_tests, Backend, Harness};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -103,6 +109,76 @@ backend_tests!(
     worker_threads = 2;
     two_ingests_of_one_ledger_by_two_names_run_one_at_a_time_and_register_each_file_once
 );
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ingest_whose_lock_session_ends_stops_with_exit_5_instead_of_running_beside_the_next() {
+    let Some(backend) = opledger_testkit::postgres::backend().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let photos = dir.path().join("photos");
+    generate_samples_with(&photos, &SampleOptions::new(FILES, 12)).unwrap();
+    let (first_cwd, second_cwd) = (dir.path().join("one"), dir.path().join("two"));
+    std::fs::create_dir_all(&first_cwd).unwrap();
+    std::fs::create_dir_all(&second_cwd).unwrap();
+    let url = backend.url();
+    drop(backend.open().await);
+
+    let first = start(&first_cwd, &url, &photos);
+    // The session holding the ingest lock: idle between its holder's
+    // looks at it (a write's append lock is held only inside an active
+    // transaction). Ended as a restart or an operator would end it.
+    let mut connection = backend.connect().await;
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let (terminated,): (i64,) = sqlx::query_as(
+            "SELECT COUNT(pg_terminate_backend(l.pid)) FROM pg_locks l \
+             JOIN pg_database d ON d.oid = l.database JOIN pg_stat_activity a ON a.pid = l.pid \
+             WHERE l.locktype = 'advisory' AND l.granted AND d.datname = current_database() AND a.state = 'idle'",
+        )
+        .fetch_one(&mut connection)
+        .await
+        .unwrap();
+        if terminated > 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "the first ingest never held its lock"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let _ = sqlx::Connection::close(connection).await;
+    let second = start(&second_cwd, &url, &photos);
+
+    let first = first.wait_with_output().unwrap();
+    assert_eq!(first.status.code(), Some(5), "{}", describe(&first));
+    let said = String::from_utf8_lossy(&first.stderr);
+    assert!(said.contains("the ingest lock was lost"), "{}", describe(&first));
+    let second = summary(second);
+    assert_eq!(second["failed"].as_u64(), Some(0), "{second}");
+
+    // What the first left, the second or a third run finishes; each file
+    // is one media item.
+    let third = summary(start(&second_cwd, &url, &photos));
+    assert_eq!(third["new"].as_u64(), Some(0), "{third}");
+    let store = backend.open().await;
+    let mut by_path: BTreeMap<String, usize> = BTreeMap::new();
+    for row in store.scan_table(&MEDIA_TABLE).await.unwrap() {
+        if let Row::Media(item) = row {
+            *by_path.entry(item.path).or_default() += 1;
+        }
+    }
+    assert!(by_path.values().all(|count| *count == 1), "{by_path:?}");
+    assert_eq!(by_path.len(), FILES);
+    let verify = binary()
+        .arg("--database-url")
+        .arg(&url)
+        .args(["replay", "--verify"])
+        .output()
+        .unwrap();
+    assert_eq!(verify.status.code(), Some(0), "{}", describe(&verify));
+}
 
 /// Runs `script` in a mount namespace of its own (its mounts vanish with
 /// it), or None when this machine does not allow one: a loud skip, a

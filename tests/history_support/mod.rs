@@ -12,6 +12,8 @@
 //! unknown completion that landed is one completion, and one that did not
 //! leaves the task to another worker.
 
+pub mod processes;
+
 use opledger_domain::events::Event;
 use opledger_domain::EventEnvelope;
 use serde::{Deserialize, Serialize};

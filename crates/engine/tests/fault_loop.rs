@@ -3,12 +3,15 @@
 //! in `opledger_testkit::faults::FaultyStore`, and each step of a
 //! scenario that runs every writing command (register, request, claim,
 //! heartbeat, progress, complete, fail, review resolve, recover, batch
-//! create / cancel / resume, cancel) is called with every write failing,
-//! then with its k-th write transaction failing (k = 1..K, the transaction
-//! refused at its start or rolled back at its commit) until a call
-//! succeeds. Each faulty call either fails with Unavailable and leaves no
-//! visible change (the log head, every projection row, every held claim)
-//! or succeeds; afterwards replay equals live, SQLite's
+//! create / cancel / resume, cancel, and the ingest's registration of
+//! discovered files: ingestions begun, staged, registered, finished) is
+//! called with every write failing, then with its k-th write transaction
+//! failing (k = 1..K, the transaction refused at its start or rolled back
+//! at its commit) and with each statement of that transaction failing in
+//! turn (the transaction aborted), until a call succeeds. Each faulty call
+//! either fails with Unavailable and leaves no visible change (the log
+//! head, every projection row, every held claim) or succeeds; no command
+//! answers Ok after one of its statements failed; afterwards replay equals live, SQLite's
 //! `PRAGMA integrity_check` says `ok`, and no lease is held that no task's
 //! claim holds (nor a claim without its lease).
 
@@ -16,10 +19,10 @@ use futures::future::BoxFuture;
 use opledger_domain::kinds::legacy;
 use opledger_domain::projections::{all_specs, Row, MEDIA_STATES_TABLE, REGION_STATES_TABLE};
 use opledger_domain::review::ReviewAction;
-use opledger_domain::{MediaId, OperationStatus, Timestamp};
+use opledger_domain::{IngestionStage, MediaId, OperationStatus, Timestamp};
 use opledger_engine::{
-    BatchRequest, ClaimRequest, CommandContext, Completion, Engine, EngineError, FixedClock, FixedJitter, Progress,
-    SequentialIds, TaskClaim, TaskRequest, TaskTarget,
+    BatchRequest, ClaimRequest, CommandContext, Completion, Engine, EngineError, FileObservation, FixedClock,
+    FixedJitter, Progress, Registration, SequentialIds, TaskClaim, TaskRequest, TaskTarget,
 };
 use opledger_store::{ErrorKind, ExpiredClaim, Store};
 use opledger_testkit::faults::{Fault, FaultyStore};
@@ -50,6 +53,8 @@ struct Lab<S: Store> {
     context: CommandContext,
     /// Faulty calls that failed and changed nothing.
     refused: AtomicU64,
+    /// Of those, calls with one statement failing.
+    statements_refused: AtomicU64,
 }
 
 impl<S: Store> Lab<S> {
@@ -68,9 +73,12 @@ impl<S: Store> Lab<S> {
     }
 
     /// Calls `step` under persistent faults, then with its k-th write
-    /// failing (k = 1..=K, each fault kind) until a call succeeds: every
-    /// faulty call must fail with Unavailable and change nothing, or
-    /// succeed. Answers the first success.
+    /// failing (k = 1..=K, each fault kind) until a call succeeds; after
+    /// the k-th write's commit fault, with each statement of that write
+    /// failing in turn (the statements a call made before its k-th commit
+    /// failed are the ones it makes again). Every faulty call must fail
+    /// with Unavailable and change nothing, or succeed. Answers the first
+    /// success.
     async fn step<'a, T>(&'a self, name: &str, step: impl Fn() -> BoxFuture<'a, Result<T, EngineError>>) -> T {
         let before = self.visible().await;
         self.store.fail_every_write(Some(Fault::Commit));
@@ -86,10 +94,13 @@ impl<S: Store> Lab<S> {
             "{name} under persistent faults changed the ledger"
         );
         self.refused.fetch_add(1, Ordering::SeqCst);
+        // Statements of the call already failed one by one.
+        let mut covered = 0;
         for k in 1..=K {
             for fault in [Fault::Begin, Fault::Commit] {
                 let before = self.visible().await;
                 let injected = self.store.injected();
+                let statements = self.store.statements();
                 self.store.fail_write(k, fault);
                 let result = step().await;
                 if self.store.injected() == injected {
@@ -117,11 +128,52 @@ impl<S: Store> Lab<S> {
                         return answer;
                     }
                 }
+                if fault == Fault::Commit {
+                    let made = self.store.statements() - statements;
+                    for statement in covered + 1..=made {
+                        if let Some(answer) = self.statement_fault(name, statement, &step).await {
+                            return answer;
+                        }
+                    }
+                    covered = covered.max(made);
+                }
             }
         }
         step()
             .await
             .unwrap_or_else(|error| panic!("{name} without a fault: {error}"))
+    }
+
+    /// Calls `step` with its `statement`-th statement failing: it must fail
+    /// with Unavailable and change nothing (None), or succeed (its answer).
+    async fn statement_fault<'a, T>(
+        &'a self,
+        name: &str,
+        statement: u64,
+        step: &impl Fn() -> BoxFuture<'a, Result<T, EngineError>>,
+    ) -> Option<T> {
+        let before = self.visible().await;
+        let injected = self.store.injected();
+        self.store.fail_statement(statement);
+        let result = step().await;
+        let hit = self.store.injected() > injected;
+        self.store.clear();
+        match result {
+            Ok(answer) => Some(answer),
+            Err(error) => {
+                assert!(
+                    hit && error.is_store(ErrorKind::Unavailable),
+                    "{name}, statement {statement} failing: {error}"
+                );
+                assert_eq!(
+                    self.visible().await,
+                    before,
+                    "{name}, statement {statement} failing changed the ledger"
+                );
+                self.statements_refused.fetch_add(1, Ordering::SeqCst);
+                None
+            }
+        }
     }
 
     async fn claim(&self, worker: &'static str, lease_ms: i64) -> TaskClaim {
@@ -174,6 +226,7 @@ async fn every_writing_command_under_single_and_persistent_faults_fails_cleanly_
         clock,
         context: CommandContext::actor("test"),
         refused: AtomicU64::new(0),
+        statements_refused: AtomicU64::new(0),
     };
     let engine = &lab.engine;
     let context = &lab.context;
@@ -246,9 +299,68 @@ async fn every_writing_command_under_single_and_persistent_faults_fails_cleanly_
         engine.cancel_task(context, resumed.items[0].operation_id, "not needed")
     })
     .await;
+
+    // The ingest's registration of the files it discovered: ingestions
+    // begun for new files, moved to hashing, registered (a media item
+    // each, and its tasks requested), finished.
+    let files: Vec<FileObservation> = ["/ingest/d.png", "/ingest/e.png"]
+        .into_iter()
+        .map(|path| FileObservation {
+            path: path.into(),
+            byte_size: 10,
+            modified_ns: 1,
+        })
+        .collect();
+    let claims = lab
+        .step("ingestion begin", || {
+            Box::pin(engine.begin_ingestions(context, "ingest-1", 60_000, files.clone(), Vec::new()))
+        })
+        .await;
+    lab.step("ingestion stage", || {
+        Box::pin(engine.ingestion_stage(context, &claims, IngestionStage::Hashing))
+    })
+    .await;
+    let registrations: Vec<Registration> = claims
+        .iter()
+        .enumerate()
+        .map(|(index, claim)| Registration {
+            claim: claim.clone(),
+            content_digest: format!("sha256:{index:064x}"),
+            byte_size: 10,
+            media_kind: "image".into(),
+            blocked: BTreeMap::new(),
+            parsed: json!({"format": "png"}),
+            observed: None,
+        })
+        .collect();
+    let registered = lab
+        .step("ingestion register", || {
+            Box::pin(engine.register_ingestions(context, registrations.clone(), &["thumbnail"]))
+        })
+        .await;
+    assert_eq!(registered.len(), 2);
+    assert!(registered.iter().all(|item| item.new_media && item.tasks_created == 1));
+    lab.step("ingestion finish", || {
+        let outcomes = claims.iter().map(|claim| (claim.clone(), Ok(json!({})))).collect();
+        Box::pin(engine.finish_ingestions(context, outcomes))
+    })
+    .await;
+
     let refused = lab.refused.load(Ordering::SeqCst);
-    assert!(refused >= 40, "only {refused} faulty calls were refused");
-    println!("{refused} faulty calls failed and changed nothing");
+    let statements_refused = lab.statements_refused.load(Ordering::SeqCst);
+    assert!(refused >= 50, "only {refused} faulty calls were refused");
+    assert!(
+        statements_refused >= 50,
+        "only {statements_refused} calls with a failing statement were refused"
+    );
+    assert_eq!(
+        lab.store.swallowed(),
+        0,
+        "a command answered Ok after one of its statements had failed"
+    );
+    println!(
+        "{refused} calls under write faults and {statements_refused} with a failing statement failed and changed nothing"
+    );
 
     // The ledger is whole.
     let report = lab.engine.verify().await.unwrap();

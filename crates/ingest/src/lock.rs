@@ -3,7 +3,10 @@
 //! the database's real file, whatever path reached it; on PostgreSQL a
 //! session advisory lock of the database, whatever folder the command runs
 //! in), held for the run and released however the process ends. Holding it
-//! is what lets a run treat the claims of every other ingest run as dead.
+//! is what lets a run treat the claims of every other ingest run as dead;
+//! so a run that loses it (a PostgreSQL session that ended under it, as in
+//! a server restart) stops at once and fails, rather than go on beside
+//! the run that may take it next ([`IngestLock::watch`]).
 //!
 //! Which runs died holding claims needs no record of its own: every run
 //! acts under a worker name of the form `ingest-<run id>`
@@ -20,17 +23,51 @@
 //! file that crashes the process is quarantined alone, not with the tasks
 //! claimed beside it.
 
+use crate::StopSignal;
 use opledger_engine::{Engine, RunningWhenGone};
 use opledger_store::{LedgerLock, Store, StoreError};
 use opledger_worker::FlightRecord;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// The name of the ledger lock an ingest holds.
 pub const INGEST_LOCK: &str = "ingest";
 
 /// The held lock; dropping it releases it.
 pub struct IngestLock<S: Store> {
-    lock: S::Lock,
+    /// Shared only with the run's watch ([`IngestLock::watch`]), which
+    /// holds it weakly: dropping this releases the lock.
+    lock: Arc<S::Lock>,
+}
+
+/// How often a run looks whether its lock was lost.
+const WATCH_EVERY: Duration = Duration::from_millis(250);
+
+/// A run's watch over its lock: once the lock is lost (on PostgreSQL, the
+/// session holding it ended, as in a server restart, and the server
+/// released it), another ingest may take it and treat this run's claims as
+/// a dead run's. The watch stops the run at once, and the run ends with
+/// the reason ([`LockWatch::lost`]) instead of going on beside the other.
+pub(crate) struct LockWatch {
+    lost: Arc<Mutex<Option<String>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl LockWatch {
+    /// Why the lock was lost, if it was.
+    pub(crate) fn lost(&self) -> Option<String> {
+        self.lost
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+}
+
+impl Drop for LockWatch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }
 
 impl<S: Store> IngestLock<S> {
@@ -44,7 +81,29 @@ impl<S: Store> IngestLock<S> {
                 engine.store().lock_ledger(INGEST_LOCK).await?
             }
         };
-        Ok(IngestLock { lock })
+        Ok(IngestLock { lock: Arc::new(lock) })
+    }
+
+    /// Starts the run's watch over the lock: once it is lost, `stop` is
+    /// asked to stop at once (running tasks interrupted).
+    pub(crate) fn watch(&self, stop: &StopSignal) -> LockWatch {
+        let held = Arc::downgrade(&self.lock);
+        let lost = Arc::new(Mutex::new(None));
+        let (found, stop) = (lost.clone(), stop.clone());
+        let task = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(WATCH_EVERY).await;
+                let Some(lock) = held.upgrade() else { return };
+                let Some(reason) = lock.lost() else { continue };
+                tracing::error!(lock = %lock.describe(), %reason, "the ingest lock was lost; stopping");
+                *found.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(reason);
+                // Twice: at once, since another ingest may be taking over.
+                stop.stop("the loss of the ingest lock");
+                stop.stop("the loss of the ingest lock");
+                return;
+            }
+        });
+        LockWatch { lost, task }
     }
 
     /// What is locked, for messages.

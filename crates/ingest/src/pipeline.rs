@@ -14,7 +14,7 @@ use crate::workers::ImageWorkers;
 use crate::{IngestError, IngestOptions, IngestProgress, IngestSummary, Interrupted};
 use opledger_engine::{CommandContext, Engine, IngestionClaim};
 use opledger_media::Settler;
-use opledger_store::Store;
+use opledger_store::{Store, StoreError};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -49,6 +49,7 @@ pub async fn ingest<S: Store>(
     let started = Instant::now();
     let stop = options.stop.clone();
     let run = Run::prepare(&engine, &options).await?;
+    let watch = run.lock.watch(&stop);
 
     // 0. The kinds this pipeline runs, declared (an unchanged declaration
     // appends nothing).
@@ -216,6 +217,15 @@ pub async fn ingest<S: Store>(
     summary.review_entries = review_entries;
     summary.interrupted = interrupted;
     summary.wall_seconds = started.elapsed().as_secs_f64();
+    if let Some(reason) = watch.lost() {
+        return Err(IngestError::Engine(
+            StoreError::unavailable(format!(
+                "the ingest lock was lost ({reason}): another ingest may run now, so this one stopped, \
+                 releasing what it held; run the same command again to resume"
+            ))
+            .into(),
+        ));
+    }
     Ok(summary)
 }
 
@@ -230,7 +240,7 @@ pub(crate) struct Run<S: Store> {
     pub worker: String,
     pub context: CommandContext,
     /// Held for the whole run; dropped with it.
-    _lock: IngestLock<S>,
+    lock: IngestLock<S>,
 }
 
 impl<S: Store> Run<S> {
@@ -271,7 +281,7 @@ impl<S: Store> Run<S> {
             exclude,
             worker,
             context,
-            _lock: lock,
+            lock,
         })
     }
 }

@@ -8,27 +8,65 @@ use crate::error;
 use opledger_store::{LedgerLock, StoreError};
 use sqlx::PgConnection;
 use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::oneshot;
 
-/// A held lock: its session. Dropping it closes the connection, which
-/// ends the session and releases the lock (as soon as the server sees the
-/// session end).
+/// A held lock: its session, kept by a task of its own that looks at it
+/// every [`CHECK_EVERY`]. Dropping the handle tells the task to close the
+/// connection, which ends the session and releases the lock (as soon as
+/// the server sees the session end; if the runtime is gone, the socket's
+/// close ends it).
+///
+/// *Why a watch:* the server ends the session, and with it the lock,
+/// whenever the connection goes (a restart, a failover, a dropped network)
+/// without the holder hearing of it; another process can take the lock
+/// from then on. The task notices the session gone and says so
+/// ([`LedgerLock::lost`]), so the holder stops instead of running beside
+/// the next one.
 pub struct PostgresLock {
-    connection: Option<PgConnection>,
     key: i64,
     name: String,
+    /// Why the lock may be held by no one or another, once it is known.
+    lost: Arc<Mutex<Option<String>>>,
+    /// Dropped with the handle: the task closes the session.
+    _release: oneshot::Sender<()>,
 }
 
-impl Drop for PostgresLock {
-    fn drop(&mut self) {
-        let Some(connection) = self.connection.take() else {
-            return;
-        };
-        // Closed politely where a runtime runs (the server ends the session
-        // at once); else the socket's close ends it.
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
+/// How often the holder's session is looked at.
+const CHECK_EVERY: Duration = Duration::from_millis(500);
+
+impl PostgresLock {
+    fn hold(connection: PgConnection, key: i64, name: &str) -> PostgresLock {
+        let lost = Arc::new(Mutex::new(None));
+        let (release, released) = oneshot::channel();
+        tokio::spawn(keep(connection, released, lost.clone()));
+        PostgresLock {
+            key,
+            name: name.to_string(),
+            lost,
+            _release: release,
+        }
+    }
+}
+
+/// Keeps the lock's session until the handle is dropped, looking at it
+/// every [`CHECK_EVERY`]; records why once the session is gone.
+async fn keep(mut connection: PgConnection, mut released: oneshot::Receiver<()>, lost: Arc<Mutex<Option<String>>>) {
+    loop {
+        tokio::select! {
+            _ = &mut released => {
                 let _ = sqlx::Connection::close(connection).await;
-            });
+                return;
+            }
+            () = tokio::time::sleep(CHECK_EVERY) => {
+                if let Err(error) = sqlx::query("SELECT 1").execute(&mut connection).await {
+                    *lost.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(format!(
+                        "the session holding it ended ({error}), which released it on the server"
+                    ));
+                    return;
+                }
+            }
         }
     }
 }
@@ -40,6 +78,13 @@ impl LedgerLock for PostgresLock {
 
     fn file(&self) -> Option<&Path> {
         None
+    }
+
+    fn lost(&self) -> Option<String> {
+        self.lost
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
     }
 }
 
@@ -63,11 +108,7 @@ pub(crate) async fn try_lock(mut connection: PgConnection, name: &str) -> Result
         .fetch_one(&mut connection)
         .await
         .map_err(|error| error::map(error, &format!("taking the {name} lock")))?;
-    Ok(taken.then(|| PostgresLock {
-        connection: Some(connection),
-        key,
-        name: name.to_string(),
-    }))
+    Ok(taken.then(|| PostgresLock::hold(connection, key, name)))
 }
 
 /// Takes the lock on `connection`, waiting for the session holding it.
@@ -79,11 +120,7 @@ pub(crate) async fn lock(mut connection: PgConnection, name: &str) -> Result<Pos
         .execute(&mut connection)
         .await
         .map_err(|error| error::map(error, &format!("waiting for the {name} lock")))?;
-    Ok(PostgresLock {
-        connection: Some(connection),
-        key,
-        name: name.to_string(),
-    })
+    Ok(PostgresLock::hold(connection, key, name))
 }
 
 #[cfg(test)]

@@ -2,13 +2,14 @@
 //! as an operator or a failover would) surfaces as Unavailable, leaves
 //! nothing of the transaction behind, and a retry succeeds exactly once: at
 //! the store (a write's statement or its COMMIT meets the dead connection)
-//! and through an engine command (a worker's fenced completion).
+//! and through an engine command (a worker's fenced completion). A ledger
+//! lock whose session is terminated says it is lost, and is free to others.
 
 use futures::TryStreamExt;
 use opledger_domain::ids::MediaId;
 use opledger_domain::kinds::legacy;
 use opledger_domain::StreamId;
-use opledger_store::{ErrorKind, ExpectedVersion, Store, StoreError, StreamAppend, WriteTx};
+use opledger_store::{ErrorKind, ExpectedVersion, LedgerLock, Store, StoreError, StreamAppend, WriteTx};
 use opledger_store_conformance::{registered, Harness};
 use opledger_store_postgres::PostgresStore;
 use sqlx::Connection;
@@ -222,4 +223,48 @@ async fn a_command_whose_connection_is_terminated_is_unavailable_and_its_retry_a
     assert_eq!(successes, 1);
     let verify = engine.verify().await.unwrap();
     assert!(verify.is_identical(), "{}", verify.render());
+}
+
+/// A ledger lock lives in its session: when the session ends under it (a
+/// restart, a failover, an operator), the server releases it and another
+/// process can take it. The holder must hear of it, or it goes on beside
+/// the next holder (two ingests at once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ledger_lock_whose_session_ends_says_it_is_lost_and_is_free_to_others() {
+    let Some(harness) = opledger_testkit::postgres::backend().await else {
+        return;
+    };
+    let store = harness.open().await;
+    let other = harness.open().await;
+    let lock = store
+        .try_lock_ledger("ingest")
+        .await
+        .unwrap()
+        .expect("the lock is free");
+    tokio::time::sleep(std::time::Duration::from_millis(1_200)).await;
+    assert_eq!(lock.lost(), None, "a held lock is not lost");
+    assert!(
+        other.try_lock_ledger("ingest").await.unwrap().is_none(),
+        "a held lock is not free to others"
+    );
+    let mut connection = harness.connect().await;
+    let (terminated,): (i64,) = sqlx::query_as(
+        "SELECT COUNT(pg_terminate_backend(l.pid)) FROM pg_locks l JOIN pg_database d ON d.oid = l.database \
+         WHERE l.locktype = 'advisory' AND l.granted AND d.datname = current_database()",
+    )
+    .fetch_one(&mut connection)
+    .await
+    .unwrap();
+    let _ = connection.close().await;
+    assert_eq!(terminated, 1, "one session holds the lock");
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while lock.lost().is_none() && std::time::Instant::now() < until {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let lost = lock.lost().expect("the holder hears that its lock's session ended");
+    assert!(lost.contains("session"), "{lost}");
+    assert!(
+        other.try_lock_ledger("ingest").await.unwrap().is_some(),
+        "the server released the lost lock"
+    );
 }

@@ -17,6 +17,15 @@ pub trait LedgerLock: Send + Sync + 'static {
     /// The file the lock is held on, when it is one: a walk of a folder
     /// that holds it leaves it alone.
     fn file(&self) -> Option<&Path>;
+
+    /// Why the lock may no longer be this holder's, once that is known
+    /// (a lock held by a server session ends with the session, whatever
+    /// ended it): a holder that sees it stops what the lock guarded. None
+    /// while it is held; a lock that cannot be lost while its handle lives
+    /// (a file lock) always answers None.
+    fn lost(&self) -> Option<String> {
+        None
+    }
 }
 
 /// A lock name is a short word: it names the lock in a file name or a

@@ -13,8 +13,10 @@
 //! where it fails.
 //!
 //! [`faults::FaultyStore`] wraps any backend's store and fails chosen
-//! write transactions (before, at, or after their commit): the storage
-//! fault injection of the retry and fault-loop tests.
+//! write transactions (before, at, or after their commit) or a chosen
+//! statement inside one (the transaction aborted), or holds commits back
+//! (slow commits): the storage fault injection of the retry, fault-loop
+//! and slow-commit tests.
 //!
 //! [`powerloss`] is a SQLite VFS whose writes are lost unless synced when
 //! its process is killed: the power loss of the power-loss tests.

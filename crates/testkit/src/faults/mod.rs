@@ -13,6 +13,15 @@
 //! failure is `Unavailable`, what the backends map a lost connection or a
 //! failed commit to (exit 5, HTTP 503). Reads pass through untouched.
 //!
+//! Inside a write transaction, the work is handed the backend's own
+//! transaction wrapped ([`FaultyTx`]), so that the k-th *statement* from
+//! now fails ([`FaultyStore::fail_statement`]): the statement answers
+//! Unavailable, the transaction is aborted from then on, and nothing of it
+//! is committed. And a commit can be made *slow*
+//! ([`FaultyStore::slow_commits`]): the work is done, and the transaction
+//! is held open (with the backend's write lock) for a while before the
+//! backend commits it, as a slow disk or a stalled WAL flush would.
+//!
 //! *Why a wrapper of the store contract, not of one backend:* the engine
 //! reaches storage only through [`Store`], so a fault there is a fault of
 //! every backend, and the same test runs on SQLite and PostgreSQL
@@ -28,10 +37,15 @@ use opledger_store::{
     AheadQuery, BoxFuture, ClaimQueue, ClaimableAhead, ExpiredClaim, Lease, Page, PageQuery, ProjectionState, Store,
     StoreError, Verification,
 };
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+mod tx;
+
+pub use tx::FaultyTx;
 
 /// How one write transaction fails.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,6 +80,14 @@ struct Plan {
     scheduled: Mutex<BTreeMap<u64, Fault>>,
     /// The fault every write gets until cleared.
     persistent: Mutex<Option<Fault>>,
+    /// Statements the work of write transactions made so far.
+    statements: AtomicU64,
+    /// The numbers of the statements that fail.
+    scheduled_statements: Mutex<BTreeSet<u64>>,
+    /// How long each commit is held back, when commits are slow.
+    commit_delay: Mutex<Option<Duration>>,
+    /// Transactions whose work answered Ok after one of its statements failed.
+    swallowed: AtomicU64,
 }
 
 impl Plan {
@@ -79,6 +101,24 @@ impl Plan {
         }
         fault
     }
+
+    fn commit_delay(&self) -> Option<Duration> {
+        *self.commit_delay.lock().expect("fault plan")
+    }
+}
+
+/// The work of one write transaction as the backend's store takes it.
+type InnerWork<T, R, E> = Box<dyn for<'t> FnOnce(&'t mut T) -> BoxFuture<'t, Result<R, E>> + Send>;
+
+/// Waits `delay` on any executor (the SQLite writer thread polls its work
+/// without a tokio timer): a thread of its own sleeps it.
+async fn pause(delay: Duration) {
+    let (done, waited) = futures::channel::oneshot::channel::<()>();
+    std::thread::spawn(move || {
+        std::thread::sleep(delay);
+        let _ = done.send(());
+    });
+    let _ = waited.await;
 }
 
 /// A store whose write transactions fail as planned; see the module docs.
@@ -117,10 +157,43 @@ impl<S: Store> FaultyStore<S> {
         *self.plan.persistent.lock().expect("fault plan") = fault;
     }
 
-    /// Forgets every planned fault.
+    /// Makes the `k`-th statement from now (1: the next one) that the work
+    /// of a write transaction makes fail, aborting its transaction.
+    pub fn fail_statement(&self, k: u64) {
+        assert!(k >= 1, "statements are counted from 1");
+        let number = self.statements() + k;
+        self.plan
+            .scheduled_statements
+            .lock()
+            .expect("fault plan")
+            .insert(number);
+    }
+
+    /// Holds every write transaction open for `delay` after its work is
+    /// done and before the backend commits it, until called with `None`.
+    pub fn slow_commits(&self, delay: Option<Duration>) {
+        *self.plan.commit_delay.lock().expect("fault plan") = delay;
+    }
+
+    /// Forgets every planned fault (slow commits included).
     pub fn clear(&self) {
         self.plan.scheduled.lock().expect("fault plan").clear();
+        self.plan.scheduled_statements.lock().expect("fault plan").clear();
         self.fail_every_write(None);
+        self.slow_commits(None);
+    }
+
+    /// Statements the work of write transactions made so far.
+    pub fn statements(&self) -> u64 {
+        self.plan.statements.load(Ordering::SeqCst)
+    }
+
+    /// Write transactions whose work answered Ok although one of its
+    /// statements had failed (reported failed and rolled back, as
+    /// PostgreSQL rolls back an aborted transaction): work that swallows a
+    /// storage error.
+    pub fn swallowed(&self) -> u64 {
+        self.plan.swallowed.load(Ordering::SeqCst)
     }
 
     /// Write transactions that reached this store so far.
@@ -134,38 +207,54 @@ impl<S: Store> FaultyStore<S> {
     }
 
     /// Runs `work` through `write` (the inner store's durable or liveness
-    /// write) with the fault the plan gives this write.
+    /// write) with the fault the plan gives this write, on the backend's
+    /// transaction wrapped for statement faults.
     async fn faulty<R, E, F, W, Fut>(&self, work: F, write: W) -> Result<R, E>
     where
         R: Send + 'static,
         E: From<StoreError> + Send + 'static,
-        F: for<'t> FnOnce(&'t mut S::Tx) -> BoxFuture<'t, Result<R, E>> + Send + 'static,
-        W: FnOnce(Box<dyn for<'t> FnOnce(&'t mut S::Tx) -> BoxFuture<'t, Result<R, E>> + Send>) -> Fut,
+        F: for<'t> FnOnce(&'t mut FaultyTx<S::Tx>) -> BoxFuture<'t, Result<R, E>> + Send + 'static,
+        W: FnOnce(InnerWork<S::Tx, R, E>) -> Fut,
         Fut: Future<Output = Result<R, E>>,
     {
-        match self.plan.next() {
-            None => write(Box::new(work)).await,
-            Some(fault @ Fault::Begin) => Err(E::from(fault.error())),
-            Some(fault @ Fault::Commit) => {
-                write(Box::new(move |tx: &mut S::Tx| {
-                    Box::pin(async move {
-                        work(tx).await?;
-                        // The work's own writes are rolled back with it.
-                        Err(E::from(fault.error()))
-                    })
-                }))
-                .await
-            }
-            Some(fault @ Fault::AppliedButReported) => {
-                write(Box::new(work)).await?;
-                Err(E::from(fault.error()))
-            }
+        let fault = self.plan.next();
+        if let Some(fault @ Fault::Begin) = fault {
+            return Err(E::from(fault.error()));
+        }
+        let plan = self.plan.clone();
+        let inner: InnerWork<S::Tx, R, E> = Box::new(move |tx: &mut S::Tx| {
+            Box::pin(async move {
+                let mut wrapped = FaultyTx::borrowing(tx, plan.clone());
+                let result = work(&mut wrapped).await;
+                let aborted = wrapped.aborted();
+                drop(wrapped);
+                let answer = match (result, aborted) {
+                    (Ok(_), Some(error)) => {
+                        plan.swallowed.fetch_add(1, Ordering::SeqCst);
+                        return Err(E::from(error));
+                    }
+                    (result, _) => result?,
+                };
+                if let Some(fault @ Fault::Commit) = fault {
+                    // The work's own writes are rolled back with it.
+                    return Err(E::from(fault.error()));
+                }
+                if let Some(delay) = plan.commit_delay() {
+                    pause(delay).await;
+                }
+                Ok(answer)
+            })
+        });
+        let answer = write(inner).await?;
+        match fault {
+            Some(fault @ Fault::AppliedButReported) => Err(E::from(fault.error())),
+            _ => Ok(answer),
         }
     }
 }
 
 impl<S: Store> Store for FaultyStore<S> {
-    type Tx = S::Tx;
+    type Tx = FaultyTx<S::Tx>;
     type Scratch = S::Scratch;
     type Lock = S::Lock;
 
