@@ -234,7 +234,14 @@ fn exit_code(error: &anyhow::Error) -> u8 {
     }
     let engine_error = error
         .chain()
-        .find_map(|cause| cause.downcast_ref::<EngineError>().cloned())
+        .find_map(|cause| {
+            cause.downcast_ref::<EngineError>().cloned().or_else(|| {
+                cause
+                    .downcast_ref::<opledger_ingest::IngestError>()
+                    .and_then(opledger_ingest::IngestError::engine_error)
+                    .cloned()
+            })
+        })
         .or_else(|| {
             error
                 .chain()
@@ -574,4 +581,20 @@ async fn check_readable<S: Store>(engine: &Engine<S>) -> anyhow::Result<()> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use opledger_ingest::IngestError;
+
+    #[test]
+    fn an_ingest_stopped_by_a_conflict_exits_3_not_5() {
+        let conflict = EngineError::Domain(DomainError::Conflict("claim token does not hold the operation".into()));
+        let error = anyhow::Error::from(IngestError::Engine(conflict)).context("ingesting photos");
+        assert_eq!(exit_code(&error), 3);
+        let unavailable = EngineError::Store(opledger_store::StoreError::unavailable("the disk is full"));
+        assert_eq!(exit_code(&anyhow::Error::from(IngestError::Engine(unavailable))), 5);
+        assert_eq!(exit_code(&anyhow::Error::from(IngestError::Io("a folder".into()))), 5);
+    }
 }

@@ -81,3 +81,17 @@ pub enum IngestError {
     #[error(transparent)]
     Pool(#[from] PoolError),
 }
+
+impl IngestError {
+    /// The engine's refusal inside, if that is what stopped the ingest:
+    /// what the command line's exit code is taken from. *Why a method:*
+    /// the variants are transparent, so an error chain walks past the
+    /// engine's error to its own source, and a conflict read as "no engine
+    /// error" exited 5 (unavailable) instead of 3.
+    pub fn engine_error(&self) -> Option<&EngineError> {
+        match self {
+            IngestError::Engine(error) | IngestError::Pool(PoolError::Engine(error)) => Some(error),
+            IngestError::Io(_) | IngestError::Pool(_) => None,
+        }
+    }
+}
