@@ -50,173 +50,180 @@ pub async fn ingest<S: Store>(
     let stop = options.stop.clone();
     let run = Run::prepare(&engine, &options).await?;
     let watch = run.lock.watch(&stop);
+    let ran = async {
+        // 0. The kinds this pipeline runs, declared (an unchanged declaration
+        // appends nothing).
+        declare_kinds(&engine, &run.context).await?;
 
-    // 0. The kinds this pipeline runs, declared (an unchanged declaration
-    // appends nothing).
-    declare_kinds(&engine, &run.context).await?;
+        // 1. Walk, and compare with what the ledger knows.
+        let walked = walk(&run.root, &run.exclude)?;
+        let classified = classify(&engine, &run.root, &walked).await?;
+        let files = walked.files.len();
+        let (new, changed, resumed, unchanged) = (
+            classified.new,
+            classified.changed,
+            classified.resumed,
+            classified.unchanged.len(),
+        );
+        tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, files, "walked");
+        // The task claims of earlier runs that ended without releasing them
+        // (killed) are dead: this run holds the ledger's ingest lock now, so
+        // no other ingest run is alive. Released at once, so their tasks do
+        // not wait for their leases to expire.
+        // Their flight records say which claims they were running.
+        let dead: BTreeSet<String> = classified.dead_workers.iter().cloned().collect();
+        let me = run.worker.clone();
+        let (running, records) = left_flight_records(&options.thumbnails_dir);
+        let released = engine
+            .release_claims_where(
+                &run.context,
+                move |worker| worker != me && (is_run_worker(worker) || dead.contains(worker)),
+                "the ingest run holding it ended without releasing it",
+                running,
+            )
+            .await?;
+        if released.interrupted + released.released > 0 {
+            tracing::info!(?released, "released the claims of ingest runs that died");
+        }
+        for record in records {
+            let _ = std::fs::remove_file(record);
+        }
+        progress.started(files, unchanged);
 
-    // 1. Walk, and compare with what the ledger knows.
-    let walked = walk(&run.root, &run.exclude)?;
-    let classified = classify(&engine, &run.root, &walked).await?;
-    let files = walked.files.len();
-    let (new, changed, resumed, unchanged) = (
-        classified.new,
-        classified.changed,
-        classified.resumed,
-        classified.unchanged.len(),
-    );
-    tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, files, "walked");
-    // The task claims of earlier runs that ended without releasing them
-    // (killed) are dead: this run holds the ledger's ingest lock now, so
-    // no other ingest run is alive. Released at once, so their tasks do
-    // not wait for their leases to expire.
-    // Their flight records say which claims they were running.
-    let dead: BTreeSet<String> = classified.dead_workers.iter().cloned().collect();
-    let me = run.worker.clone();
-    let (running, records) = left_flight_records(&options.thumbnails_dir);
-    let released = engine
-        .release_claims_where(
+        let summary = |batch_id, operations_created, failed, missing, unreadable_folders, tasks_run| IngestSummary {
+            batch_id,
+            files,
+            new,
+            unchanged,
+            changed,
+            resumed,
+            failed,
+            missing,
+            unreadable_folders,
+            skipped: walked.skipped.clone(),
+            operations_created,
+            review_entries: Vec::new(),
+            tasks_run,
+            wall_seconds: 0.0,
+            interrupted: None,
+        };
+        if let Some(by) = stop.requested_by() {
+            // Asked to stop before anything began: nothing is held.
+            progress.finished();
+            let mut summary = summary(None, 0, 0, 0, 0, 0);
+            summary.interrupted = Some(Interrupted {
+                by,
+                files_left: files - unchanged,
+                tasks_interrupted: 0,
+            });
+            summary.wall_seconds = started.elapsed().as_secs_f64();
+            return Ok(summary);
+        }
+
+        // 2. Start ingestions, record the gone, and the batch over the folder.
+        let begun = begin(&engine, &run, options.batch_name.as_deref(), classified).await?;
+        tracing::info!(
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "ingestions and batch started"
+        );
+
+        // 3. The workers, in the background until every file has settled.
+        let workers = ImageWorkers::start(&engine, &run.worker, &options)?;
+
+        // 4. Each file through its stages; then wait for its tasks.
+        let reading = FileReading {
+            settler: Settler::new(options.settle_quiet).with_poll(options.settle_quiet / 5),
+            compute: workers.compute.clone(),
+            give_up_after: options.give_up_after,
+            ffmpeg_found: options.ffmpeg.is_some(),
+        };
+        let known_paths = workers.known_paths.clone();
+        let workers_ended = workers.ended.clone();
+        let driven = drive(
+            &engine,
             &run.context,
-            move |worker| worker != me && (is_run_worker(worker) || dead.contains(worker)),
-            "the ingest run holding it ended without releasing it",
-            running,
+            &reading,
+            begun.claims,
+            unchanged,
+            progress.as_ref(),
+            &known_paths,
+            &stop,
+            workers_ended,
         )
-        .await?;
-    if released.interrupted + released.released > 0 {
-        tracing::info!(?released, "released the claims of ingest runs that died");
-    }
-    for record in records {
-        let _ = std::fs::remove_file(record);
-    }
-    progress.started(files, unchanged);
+        .await;
+        let stopping = driven
+            .as_ref()
+            .is_ok_and(|driven| !driven.in_flight.is_empty() || !driven.unread.is_empty());
+        let stopped = if stopping {
+            workers.stop_within(options.stop_grace, stop.requested_now()).await?
+        } else {
+            workers.stop().await?
+        };
+        tracing::info!(
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            pool_report = ?stopped.report,
+            "the image workers stopped"
+        );
+        let mut driven = driven?;
 
-    let summary = |batch_id, operations_created, failed, missing, unreadable_folders, tasks_run| IngestSummary {
-        batch_id,
-        files,
-        new,
-        unchanged,
-        changed,
-        resumed,
-        failed,
-        missing,
-        unreadable_folders,
-        skipped: walked.skipped.clone(),
-        operations_created,
-        review_entries: Vec::new(),
-        tasks_run,
-        wall_seconds: 0.0,
-        interrupted: None,
-    };
-    if let Some(by) = stop.requested_by() {
-        // Asked to stop before anything began: nothing is held.
+        // 5. Stopped early: finish the files whose tasks settled meanwhile, and
+        // release the rest for the next run.
+        let mut interrupted = None;
+        if stopping {
+            let finished = finish_settled(&engine, &run.context, &mut driven.in_flight, options.give_up_after).await?;
+            driven.tally.settled += finished.done;
+            driven.tally.failed += finished.failed;
+            let by = stop.requested_by().unwrap_or_else(|| "a stop request".into());
+            let cause = format!("the ingest was stopped ({by})");
+            let left: Vec<IngestionClaim> = driven
+                .in_flight
+                .drain(..)
+                .map(|file| file.claim)
+                .chain(driven.unread.drain(..))
+                .collect();
+            for chunk in left.chunks(CHUNK) {
+                engine.release_ingestions(&run.context, chunk.to_vec(), &cause).await?;
+            }
+            // Twice: a claim the pool sent before it was dropped commits before
+            // the first pass's write, and is seen by the second pass's read.
+            let mut tasks_interrupted = 0;
+            for _ in 0..2 {
+                let released = engine
+                    .release_claims_of(&run.context, std::slice::from_ref(&run.worker), &cause)
+                    .await?;
+                tasks_interrupted += released.interrupted;
+            }
+            interrupted = Some(Interrupted {
+                by,
+                files_left: files.saturating_sub(driven.tally.settled),
+                tasks_interrupted,
+            });
+        }
+        // Everything this run held is finished or released: its flight record
+        // has nothing more to tell.
+        let _ = std::fs::remove_file(flight_record_path(&options.thumbnails_dir, &run.worker));
+
+        // 6. What needs a person, among this folder's files.
+        let review_entries = review_entries(&engine, &run.root).await?;
         progress.finished();
-        let mut summary = summary(None, 0, 0, 0, 0, 0);
-        summary.interrupted = Some(Interrupted {
-            by,
-            files_left: files - unchanged,
-            tasks_interrupted: 0,
-        });
+        let mut summary = summary(
+            begun.batch_id,
+            begun.operations_created + driven.tally.tasks_created,
+            driven.tally.failed,
+            begun.missing,
+            begun.unreadable_folders,
+            stopped.tasks_run,
+        );
+        summary.review_entries = review_entries;
+        summary.interrupted = interrupted;
         summary.wall_seconds = started.elapsed().as_secs_f64();
-        return Ok(summary);
+        Ok::<IngestSummary, IngestError>(summary)
     }
-
-    // 2. Start ingestions, record the gone, and the batch over the folder.
-    let begun = begin(&engine, &run, options.batch_name.as_deref(), classified).await?;
-    tracing::info!(
-        elapsed_ms = started.elapsed().as_millis() as u64,
-        "ingestions and batch started"
-    );
-
-    // 3. The workers, in the background until every file has settled.
-    let workers = ImageWorkers::start(&engine, &run.worker, &options)?;
-
-    // 4. Each file through its stages; then wait for its tasks.
-    let reading = FileReading {
-        settler: Settler::new(options.settle_quiet).with_poll(options.settle_quiet / 5),
-        compute: workers.compute.clone(),
-        give_up_after: options.give_up_after,
-        ffmpeg_found: options.ffmpeg.is_some(),
-    };
-    let known_paths = workers.known_paths.clone();
-    let workers_ended = workers.ended.clone();
-    let driven = drive(
-        &engine,
-        &run.context,
-        &reading,
-        begun.claims,
-        unchanged,
-        progress.as_ref(),
-        &known_paths,
-        &stop,
-        workers_ended,
-    )
     .await;
-    let stopping = driven
-        .as_ref()
-        .is_ok_and(|driven| !driven.in_flight.is_empty() || !driven.unread.is_empty());
-    let stopped = if stopping {
-        workers.stop_within(options.stop_grace, stop.requested_now()).await?
-    } else {
-        workers.stop().await?
-    };
-    tracing::info!(
-        elapsed_ms = started.elapsed().as_millis() as u64,
-        pool_report = ?stopped.report,
-        "the image workers stopped"
-    );
-    let mut driven = driven?;
-
-    // 5. Stopped early: finish the files whose tasks settled meanwhile, and
-    // release the rest for the next run.
-    let mut interrupted = None;
-    if stopping {
-        let finished = finish_settled(&engine, &run.context, &mut driven.in_flight, options.give_up_after).await?;
-        driven.tally.settled += finished.done;
-        driven.tally.failed += finished.failed;
-        let by = stop.requested_by().unwrap_or_else(|| "a stop request".into());
-        let cause = format!("the ingest was stopped ({by})");
-        let left: Vec<IngestionClaim> = driven
-            .in_flight
-            .drain(..)
-            .map(|file| file.claim)
-            .chain(driven.unread.drain(..))
-            .collect();
-        for chunk in left.chunks(CHUNK) {
-            engine.release_ingestions(&run.context, chunk.to_vec(), &cause).await?;
-        }
-        // Twice: a claim the pool sent before it was dropped commits before
-        // the first pass's write, and is seen by the second pass's read.
-        let mut tasks_interrupted = 0;
-        for _ in 0..2 {
-            let released = engine
-                .release_claims_of(&run.context, std::slice::from_ref(&run.worker), &cause)
-                .await?;
-            tasks_interrupted += released.interrupted;
-        }
-        interrupted = Some(Interrupted {
-            by,
-            files_left: files.saturating_sub(driven.tally.settled),
-            tasks_interrupted,
-        });
-    }
-    // Everything this run held is finished or released: its flight record
-    // has nothing more to tell.
-    let _ = std::fs::remove_file(flight_record_path(&options.thumbnails_dir, &run.worker));
-
-    // 6. What needs a person, among this folder's files.
-    let review_entries = review_entries(&engine, &run.root).await?;
-    progress.finished();
-    let mut summary = summary(
-        begun.batch_id,
-        begun.operations_created + driven.tally.tasks_created,
-        driven.tally.failed,
-        begun.missing,
-        begun.unreadable_folders,
-        stopped.tasks_run,
-    );
-    summary.review_entries = review_entries;
-    summary.interrupted = interrupted;
-    summary.wall_seconds = started.elapsed().as_secs_f64();
+    // A lost lock explains whatever the run ran into after it (a claim
+    // that another ingest took over answers Conflict), so the loss is
+    // what the run reports: storage unavailable (exit 5), and how to
+    // resume.
     if let Some(reason) = watch.lost() {
         return Err(IngestError::Engine(
             StoreError::unavailable(format!(
@@ -226,7 +233,7 @@ pub async fn ingest<S: Store>(
             .into(),
         ));
     }
-    Ok(summary)
+    ran
 }
 
 /// What a run holds from its start to its end: the folder, the lock, and
