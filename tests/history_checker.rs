@@ -90,7 +90,7 @@ async fn run_history(backend: &str, url: &str) {
     let mut requested = false;
 
     loop {
-        tokio::time::sleep(Duration::from_millis(300 + dice.below(300))).await;
+        tokio::time::sleep(Duration::from_millis(200 + dice.below(200))).await;
         requested |= requester.lines.try_iter().any(|line| line == "requested");
         if let Ok(Some(status)) = requester.child.try_wait() {
             assert!(

@@ -256,7 +256,7 @@ fn is_fencing_conflict(error: &EngineError) -> bool {
     matches!(error, EngineError::Domain(DomainError::Conflict(_)))
 }
 
-/// Claims, "works" for a few milliseconds, completes; runs recovery about
+/// Claims, "works" for 5–25 milliseconds, completes; runs recovery about
 /// every second, as a worker host's periodic recovery does. With `drain`
 /// it stops when a claim comes back empty and nothing is left to recover.
 pub async fn worker<S: Store>(engine: Engine<S>, name: &str, dir: &Path, drain: bool) {
@@ -317,7 +317,11 @@ pub async fn worker<S: Store>(engine: Engine<S>, name: &str, dir: &Path, drain: 
                 })
                 .collect(),
         );
-        tokio::time::sleep(Duration::from_millis(dice.below(10))).await;
+        // The work: long enough beside the claim's and the completion's
+        // transactions that a worker killed or paused at a random moment
+        // most likely holds a claim (a fast machine finished the tasks
+        // between faults, and the faults hit nothing).
+        tokio::time::sleep(Duration::from_millis(5 + dice.below(20))).await;
         complete(&engine, &context, name, &claims, &mut history).await;
     }
 }
