@@ -265,7 +265,7 @@ fn scan_components(
 /// that is not a stuffed zero or a restart marker (or at the end).
 fn scan_end(bytes: &[u8], mut at: usize) -> usize {
     loop {
-        let Some(offset) = bytes[at..].iter().position(|&byte| byte == 0xFF) else {
+        let Some(offset) = memchr::memchr(0xFF, &bytes[at..]) else {
             return bytes.len();
         };
         let marker = at + offset;
