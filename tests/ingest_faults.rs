@@ -125,17 +125,24 @@ async fn an_ingest_whose_lock_session_ends_stops_with_exit_5_instead_of_running_
     drop(backend.open().await);
 
     let first = start(&first_cwd, &url, &photos);
-    // The session holding the ingest lock: idle between its holder's
-    // looks at it (a write's append lock is held only inside an active
-    // transaction). Ended as a restart or an operator would end it.
+    // The session holding the ingest lock, found by its key (the
+    // migrator's startup lock is advisory too, and ending its session
+    // instead lets the first ingest carry on and wait for the second):
+    // idle between its holder's looks at it. Ended as a restart or an
+    // operator would end it.
+    let key = opledger_store_postgres::ledger_lock_key("ingest") as u64;
     let mut connection = backend.connect().await;
     let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
     loop {
         let (terminated,): (i64,) = sqlx::query_as(
             "SELECT COUNT(pg_terminate_backend(l.pid)) FROM pg_locks l \
              JOIN pg_database d ON d.oid = l.database JOIN pg_stat_activity a ON a.pid = l.pid \
-             WHERE l.locktype = 'advisory' AND l.granted AND d.datname = current_database() AND a.state = 'idle'",
+             WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 \
+             AND l.classid::bigint = $1 AND l.objid::bigint = $2 \
+             AND d.datname = current_database() AND a.state = 'idle'",
         )
+        .bind((key >> 32) as i64)
+        .bind((key & 0xFFFF_FFFF) as i64)
         .fetch_one(&mut connection)
         .await
         .unwrap();

@@ -84,7 +84,7 @@ mod work;
 mod writer;
 
 pub use config::{without_password, PostgresConfig, DEFAULT_CONNECT_TIMEOUT};
-pub use lock::PostgresLock;
+pub use lock::{key as ledger_lock_key, PostgresLock};
 pub use scratch::PostgresScratch;
 pub use tx::PostgresTx;
 

@@ -88,9 +88,11 @@ impl LedgerLock for PostgresLock {
     }
 }
 
-/// The advisory lock key of `name`: FNV-1a of a prefix and the name, so it
-/// is stable across builds and apart from the append lock's key.
-pub(crate) fn key(name: &str) -> i64 {
+/// The advisory lock key of the ledger lock `name` (as `pg_locks` shows
+/// it: `classid` its high 32 bits, `objid` its low ones, `objsubid` 1):
+/// FNV-1a of a prefix and the name, so it is stable across builds and apart
+/// from the append lock's key.
+pub fn key(name: &str) -> i64 {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     for byte in "opledger ledger lock ".bytes().chain(name.bytes()) {
         hash ^= u64::from(byte);
