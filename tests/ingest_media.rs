@@ -215,6 +215,57 @@ fn files_are_classified_by_content_and_kinds_that_do_not_apply_are_not_applicabl
 }
 
 #[test]
+fn an_item_whose_new_content_is_of_another_kind_takes_that_kind_and_its_kinds_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let photos = photos(dir.path());
+    let sound_then_photo = photos.join("IMG_0002.jpg");
+    write_wav(&sound_then_photo, 8000, 0.5);
+    let photo_then_sound = photos.join("IMG_0003.jpg");
+    write_png(&photo_then_sound, 40, 30);
+    ingest(dir.path(), &[]);
+    assert_eq!(Item::read(dir.path(), &sound_then_photo).media_kind, "audio");
+    assert_eq!(Item::read(dir.path(), &photo_then_sound).media_kind, "image");
+
+    // The same names, each now holding the other kind of content.
+    write_png(&sound_then_photo, 64, 48);
+    write_wav(&photo_then_sound, 8000, 0.25);
+    let summary = ingest(dir.path(), &[]);
+    assert_eq!(count(&summary, "files"), 2, "{summary}");
+    assert_eq!(count(&summary, "failed"), 0, "{summary}");
+
+    // The sound that became a photo is an image, and the image kinds that
+    // did not apply to the sound run on the photo.
+    let item = Item::read(dir.path(), &sound_then_photo);
+    assert_eq!(item.media_kind, "image");
+    for kind in IMAGE_KINDS {
+        assert_eq!(item.status(kind), "succeeded", "{kind}: {}", item.task(kind));
+    }
+    assert_eq!(item.task("metadata")["output"]["width"], 64);
+
+    // The photo that became a sound is audio: the sound's own kind applies
+    // to it and runs (with the old kind it was not_applicable), and the
+    // image kinds that succeeded on the photo do not apply to the sound at
+    // its new revision (not run, and failed, on content they cannot read).
+    let item = Item::read(dir.path(), &photo_then_sound);
+    assert_eq!(item.media_kind, "audio");
+    for kind in IMAGE_KINDS {
+        assert_eq!(item.status(kind), "not_applicable", "{kind}: {}", item.task(kind));
+        assert_eq!(item.task(kind)["attempt_count"], 1, "{kind} ran once, on the photo");
+    }
+    assert_eq!(
+        item.status("audio_metadata"),
+        "succeeded",
+        "{}",
+        item.task("audio_metadata")
+    );
+    let seconds = item.task("audio_metadata")["output"]["duration_seconds"]
+        .as_f64()
+        .unwrap();
+    assert!((seconds - 0.25).abs() < 0.01, "{}", item.task("audio_metadata"));
+    verify(dir.path());
+}
+
+#[test]
 fn without_ffmpeg_on_path_a_videos_kinds_are_blocked_with_the_reason_and_status_says_so_once() {
     let dir = tempfile::tempdir().unwrap();
     let photos = photos(dir.path());

@@ -118,6 +118,7 @@ async fn append_media(engine: Engine<SqliteStore>, appender: usize) {
                     path: format!("/crash/{appender}/{round}/moved.jpg"),
                     content_digest: Some(format!("sha256:{round:064x}")),
                     byte_size: Some(round as i64 + 1),
+                    media_kind: None,
                 }),
             )),
             2 => {

@@ -59,6 +59,12 @@ pub struct MediaUpdated {
     pub content_digest: Option<String>,
     #[serde(default)]
     pub byte_size: Option<i64>,
+    /// The item's new media kind, when its new content is of another kind
+    /// (a photo replaced by a video under the same name); `None`: the kind
+    /// is unchanged. Optional and additive: events written before it
+    /// existed read as `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub media_kind: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

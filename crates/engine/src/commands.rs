@@ -118,6 +118,7 @@ impl<S: Store> Engine<S> {
             path: path.to_string(),
             content_digest,
             byte_size,
+            media_kind: None,
         });
         self.media_command(context, media_id, None, event).await
     }

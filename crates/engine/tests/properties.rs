@@ -1133,6 +1133,7 @@ impl World {
                             path,
                             content_digest,
                             byte_size,
+                            media_kind: None,
                         }),
                         stream: StreamId::media(media_id),
                         stream_version: row.map_or(0, |row| row.version) + 1,

@@ -39,6 +39,7 @@ pub(crate) fn updated(media_id: MediaId, n: i64) -> NewEvent {
             path: format!("/library/{n}.png"),
             content_digest: Some(format!("sha256:{n:064x}")),
             byte_size: Some(n),
+            media_kind: None,
         }),
         recorded_at: at(n),
         actor: "conformance".into(),

@@ -222,6 +222,9 @@ impl Projector for MediaRegistry {
                 next.path = updated.path.clone();
                 next.content_digest = updated.content_digest.clone();
                 next.byte_size = updated.byte_size;
+                if let Some(media_kind) = &updated.media_kind {
+                    next.media_kind = media_kind.clone();
+                }
                 next.updated_at = event.recorded_at;
                 next.version = event.stream_version;
                 rows.put(Row::Media(next));

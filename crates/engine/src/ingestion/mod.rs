@@ -420,16 +420,21 @@ impl<S: Store> Engine<S> {
                         let known = media
                             .get(media_id)
                             .ok_or_else(|| EngineError::not_found("media", media_id))?;
+                        // New content may be of another kind: the kinds that
+                        // apply to the item follow what it is now.
+                        let kind_changed = known.media_kind != item.media_kind;
                         (known.content_digest.as_deref() != Some(item.content_digest.as_str())
-                            || known.byte_size != Some(item.byte_size))
-                        .then(|| {
-                            Event::MediaUpdated(MediaUpdated {
-                                media_id: *media_id,
-                                path: item.claim.path.clone(),
-                                content_digest: Some(item.content_digest.clone()),
-                                byte_size: Some(item.byte_size),
+                            || known.byte_size != Some(item.byte_size)
+                            || kind_changed)
+                            .then(|| {
+                                Event::MediaUpdated(MediaUpdated {
+                                    media_id: *media_id,
+                                    path: item.claim.path.clone(),
+                                    content_digest: Some(item.content_digest.clone()),
+                                    byte_size: Some(item.byte_size),
+                                    media_kind: kind_changed.then(|| item.media_kind.clone()),
+                                })
                             })
-                        })
                     };
                     if let Some(event) = media_event {
                         appends.push(StreamAppend {

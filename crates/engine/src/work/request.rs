@@ -222,9 +222,25 @@ pub(crate) async fn request_in_tx<T: WriteTx>(
                         let requeued =
                             matches!(&event, Event::OperationRevisionRequested(requested) if requested.requeue);
                         let mut events = vec![stamp.event(event)];
+                        let waiting =
+                            requeued || !matches!(state.status, OperationStatus::Leased | OperationStatus::Running);
+                        // The item's new content is of a kind this task does
+                        // not apply to (a photo replaced by a sound): it is
+                        // recorded so at the new revision instead of running
+                        // on content it cannot read. A task a worker holds
+                        // is left to its worker's answer.
+                        if !kind.applies_to(media_kind) && waiting {
+                            events.extend(
+                                Event::for_reason(
+                                    Cause::MarkNotApplicable,
+                                    state.operation_id,
+                                    not_applicable_reason(kind, media_kind),
+                                )
+                                .map(|event| stamp.event(event)),
+                            );
                         // Work that runs again waits for its needs again,
                         // and cannot run where what it runs with is missing.
-                        if let Some(reason) = unavailable.clone().filter(|_| requeued) {
+                        } else if let Some(reason) = unavailable.clone().filter(|_| requeued) {
                             events.extend(
                                 Event::for_reason(Cause::Block, state.operation_id, reason)
                                     .map(|event| stamp.event(event)),
@@ -282,14 +298,13 @@ pub(crate) async fn request_in_tx<T: WriteTx>(
                     });
                     let mut events = vec![stamp.event(event)];
                     if !applies {
-                        let reason = format!(
-                            "{} applies to {}, not to {media_kind:?}",
-                            kind.name,
-                            kind.applies_to.join(", ")
-                        );
                         events.extend(
-                            Event::for_reason(Cause::MarkNotApplicable, new_operation_id, reason)
-                                .map(|event| stamp.event(event)),
+                            Event::for_reason(
+                                Cause::MarkNotApplicable,
+                                new_operation_id,
+                                not_applicable_reason(kind, media_kind),
+                            )
+                            .map(|event| stamp.event(event)),
                         );
                     }
                     if let Some(reason) = unavailable {
@@ -483,4 +498,13 @@ impl<S: Store> Engine<S> {
             })
             .collect()
     }
+}
+
+/// Why a kind does not apply to an item of `media_kind`.
+fn not_applicable_reason(kind: &KindDeclaration, media_kind: &str) -> String {
+    format!(
+        "{} applies to {}, not to {media_kind:?}",
+        kind.name,
+        kind.applies_to.join(", ")
+    )
 }
