@@ -62,6 +62,22 @@ impl LockWatch {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .clone()
     }
+
+    /// Why the lock was lost, waiting up to `patience` for a loss the watch
+    /// has not heard of yet: a lock's session is looked at only now and
+    /// then, and the other ingest that took it over may be seen first.
+    pub(crate) async fn lost_within(&self, patience: Duration) -> Option<String> {
+        let until = tokio::time::Instant::now() + patience;
+        loop {
+            if let Some(reason) = self.lost() {
+                return Some(reason);
+            }
+            if self.task.is_finished() || tokio::time::Instant::now() >= until {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
 }
 
 impl Drop for LockWatch {

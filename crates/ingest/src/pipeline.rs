@@ -12,13 +12,14 @@ use crate::lock::{flight_record_path, is_run_worker, left_flight_records, run_wo
 use crate::review::review_entries;
 use crate::workers::ImageWorkers;
 use crate::{IngestError, IngestOptions, IngestProgress, IngestSummary, Interrupted};
-use opledger_engine::{CommandContext, Engine, IngestionClaim};
+use opledger_domain::DomainError;
+use opledger_engine::{CommandContext, Engine, EngineError, IngestionClaim};
 use opledger_media::Settler;
-use opledger_store::{Store, StoreError};
+use opledger_store::{ErrorKind, Store, StoreError};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Files per transaction when starting, moving and finishing ingestions.
 pub(crate) const CHUNK: usize = 250;
@@ -223,8 +224,16 @@ pub async fn ingest<S: Store>(
     // A lost lock explains whatever the run ran into after it (a claim
     // that another ingest took over answers Conflict), so the loss is
     // what the run reports: storage unavailable (exit 5), and how to
-    // resume.
-    if let Some(reason) = watch.lost() {
+    // resume. The takeover can be met before the loss is heard of (the
+    // lock's session is looked at every half second), so a run that ends
+    // in a conflict gives the watch a moment first.
+    let conflicted = matches!(&ran, Err(error) if error.engine_error().is_some_and(is_conflict));
+    let lost = if conflicted {
+        watch.lost_within(LOSS_HEARD_WITHIN).await
+    } else {
+        watch.lost()
+    };
+    if let Some(reason) = lost {
         return Err(IngestError::Engine(
             StoreError::unavailable(format!(
                 "the ingest lock was lost ({reason}): another ingest may run now, so this one stopped, \
@@ -234,6 +243,14 @@ pub async fn ingest<S: Store>(
         ));
     }
     ran
+}
+
+/// How long a run that ends in a conflict waits to hear whether its lock
+/// was lost: a few looks at the lock's session.
+const LOSS_HEARD_WITHIN: Duration = Duration::from_secs(2);
+
+fn is_conflict(error: &EngineError) -> bool {
+    matches!(error, EngineError::Domain(DomainError::Conflict(_))) || error.is_store(ErrorKind::Conflict)
 }
 
 /// What a run holds from its start to its end: the folder, the lock, and
