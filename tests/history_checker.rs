@@ -25,9 +25,11 @@ mod history_support;
 
 use history_support::processes::{
     count, declare, drain, open_engine, replay_verify, seed, signal, spawn_child, whole_log, with_engine, Dice,
-    Spawned, LEASE_MS,
+    EngineAt, Spawned, LEASE_MS,
 };
 use history_support::{check, read_histories};
+use opledger_domain::OperationStatus;
+use opledger_engine::{OpsFilter, PageRequest};
 use opledger_testkit::Backend;
 use serde_json::json;
 use std::collections::BTreeSet;
@@ -119,11 +121,17 @@ async fn run_history(backend: &str, url: &str) {
             );
         }
         // One fault a round: kill a worker (a fresh one takes its place),
-        // or pause one for longer than its lease.
-        let victim = dice.below(workers.len() as u64) as usize;
-        if workers[victim].paused_until.is_some() {
+        // or pause one for longer than its lease; the victim is one that
+        // holds a claim now. *Why:* workers wait on the requester for much
+        // of a run, and faults dealt to idle workers once hit nothing.
+        let holders = holders(&engine).await;
+        let candidates: Vec<usize> = (0..workers.len())
+            .filter(|&index| workers[index].paused_until.is_none() && holders.contains(&workers[index].name))
+            .collect();
+        if candidates.is_empty() {
             continue;
         }
+        let victim = candidates[dice.below(candidates.len() as u64) as usize];
         if dice.below(5) < 3 {
             let mut dead = workers.swap_remove(victim);
             dead.child.kill().expect("SIGKILL a worker");
@@ -200,4 +208,15 @@ async fn killed_and_paused_workers_lose_duplicate_and_invent_no_task_on_postgres
     let joint = if base.contains('?') { '&' } else { '?' };
     let url = format!("{base}{joint}options=-c%20idle_in_transaction_session_timeout%3D1000");
     run_history("postgres", &url).await;
+}
+
+/// The workers that hold a claim now (their leased or running tasks).
+async fn holders(engine: &EngineAt) -> BTreeSet<String> {
+    let filter = OpsFilter {
+        statuses: vec![OperationStatus::Leased, OperationStatus::Running],
+        ..OpsFilter::default()
+    };
+    let page = with_engine!(engine, engine => engine.list_operations(&filter, &PageRequest::default()).await);
+    page.map(|page| page.items.into_iter().filter_map(|item| item.worker).collect())
+        .unwrap_or_default()
 }
