@@ -235,11 +235,22 @@ async function run(action) {
   try { showError(""); await action(); } catch (error) { showError(error.message); }
 }
 
-function refresh() { return run(VIEWS[state.view]); }
+// Refreshes run one after another, so an older answer never lands after a
+// newer one (a bar would step back).
+let refreshing = Promise.resolve();
+function refresh() {
+  refreshing = refreshing.then(() => run(VIEWS[state.view]));
+  return refreshing;
+}
 
+// Live events ask for a refresh within REFRESH_MS; the events that arrive
+// meanwhile join the one already asked for. A timer that restarted on every
+// event would never fire while the log keeps moving, so a busy ledger would
+// freeze the page.
+const REFRESH_MS = 300;
 function refreshSoon() {
-  clearTimeout(state.refreshTimer);
-  state.refreshTimer = setTimeout(refresh, 300);
+  if (state.refreshTimer !== null) return;
+  state.refreshTimer = setTimeout(() => { state.refreshTimer = null; refresh(); }, REFRESH_MS);
 }
 
 function show(view) {
