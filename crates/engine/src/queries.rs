@@ -5,14 +5,15 @@ use crate::error::EngineError;
 use crate::Engine;
 use opledger_domain::batches::{is_active, BatchStatus};
 use opledger_domain::projections::{
-    media_key, operation_key, BatchRow, Cell, MediaRow, OperationRow, Row, BATCHES_TABLE, MEDIA_TABLE, OPERATIONS_TABLE,
+    batch_item_id, media_key, operation_key, BatchItemRow, BatchRow, Cell, MediaRow, OperationRow, Row, BATCHES_TABLE,
+    BATCH_ITEMS_TABLE, MEDIA_TABLE, OPERATIONS_TABLE,
 };
 use opledger_domain::projections::{
     BY_STATE, BY_STATUS, CAPABILITY_COUNTS_TABLE, MEDIA_COUNT, MEDIA_COUNTS_TABLE, OPERATION_COUNTS_TABLE,
     REVIEW_COUNTS_TABLE, STALE_BY_KIND,
 };
 use opledger_domain::review::EntryState;
-use opledger_domain::{CapabilityStatus, EventEnvelope, MediaId, OperationId, OperationStatus, StreamId};
+use opledger_domain::{BatchId, CapabilityStatus, EventEnvelope, MediaId, OperationId, OperationStatus, StreamId};
 
 /// Active batches the status summary lists (per status), at most.
 const ACTIVE_BATCHES_SHOWN: usize = 100;
@@ -317,5 +318,29 @@ impl<S: Store> Engine<S> {
             Some(Row::Operation(row)) => Ok(row),
             _ => Err(EngineError::not_found("operation", operation_id)),
         }
+    }
+
+    /// The operation's item in the batch, or None when the operation is
+    /// not one of the batch's items (or either does not exist).
+    pub async fn batch_item(
+        &self,
+        batch_id: BatchId,
+        operation_id: OperationId,
+    ) -> Result<Option<BatchItemRow>, EngineError> {
+        let rows = self
+            .store
+            .load_rows(&BATCH_ITEMS_TABLE, &[batch_item_id(batch_id, operation_id)])
+            .await?;
+        Ok(rows.into_iter().find_map(|row| match row {
+            Row::BatchItem(item) => Some(item),
+            _ => None,
+        }))
+    }
+
+    /// The seq of the batch's first event (its creation), or None while the
+    /// batch does not exist.
+    pub async fn batch_created_at_seq(&self, batch_id: BatchId) -> Result<Option<i64>, EngineError> {
+        let first = self.store.read_stream_after(&StreamId::batch(batch_id), 0, 1).await?;
+        Ok(first.first().map(|envelope| envelope.seq))
     }
 }

@@ -7,7 +7,7 @@ mod support;
 use futures::StreamExt;
 use opledger_domain::events::{Event, MediaRegistered};
 use opledger_domain::{MediaId, NewEvent, StreamId};
-use opledger_engine::{BatchRequest, ClaimRequest, CommandContext, Completion, Engine};
+use opledger_engine::{BatchRequest, ClaimRequest, CommandContext, Completion, Engine, TaskRequest, TaskTarget};
 use opledger_store::{ExpectedVersion, Store, StreamAppend};
 use opledger_testkit::Backend;
 use serde_json::{json, Value};
@@ -170,6 +170,35 @@ async fn filters_keep_only_the_events_of_the_operation_batch_or_media_asked<B: B
         .register_media(&context, "/b.jpg", "image", Some("sha256:bb".into()), Some(1))
         .await
         .unwrap();
+    // The operation exists before the batch: a claim given back unused.
+    let early = engine
+        .request_task(
+            &context,
+            TaskRequest {
+                target: TaskTarget::Media(kept),
+                kind: "metadata".into(),
+                inputs: json!({}),
+                priority: 0,
+            },
+        )
+        .await
+        .unwrap();
+    let claim = |worker: &'static str| {
+        engine.claim_tasks(
+            &context,
+            ClaimRequest {
+                kinds: vec!["metadata".into()],
+                worker: worker.into(),
+                lease_ms: 30_000,
+                limit: 1,
+            },
+        )
+    };
+    let given_back = claim("before-the-batch").await.unwrap();
+    engine
+        .release_task(&context, &given_back[0].fence(), "not now")
+        .await
+        .unwrap();
     let batch = engine
         .create_batch(
             &context,
@@ -184,20 +213,10 @@ async fn filters_keep_only_the_events_of_the_operation_batch_or_media_asked<B: B
         .await
         .unwrap();
     let operation = batch.items[0].operation_id;
+    assert_eq!(operation, early.operation_id, "the batch follows the operation");
     let batch_id = batch.batch.batch_id;
     // The operation's later events name only the operation.
-    let claims = engine
-        .claim_tasks(
-            &context,
-            ClaimRequest {
-                kinds: vec!["metadata".into()],
-                worker: "w".into(),
-                lease_ms: 30_000,
-                limit: 1,
-            },
-        )
-        .await
-        .unwrap();
+    let claims = claim("w").await.unwrap();
     engine
         .complete_task(&context, &claims[0].fence(), Completion::Output(json!({"width": 1})))
         .await
@@ -236,6 +255,24 @@ async fn filters_keep_only_the_events_of_the_operation_batch_or_media_asked<B: B
     let types: Vec<&str> = of_batch.iter().map(|event| event.event.as_str()).collect();
     assert!(types.contains(&"batch_created"), "{types:?}");
     assert!(!types.contains(&"media_registered"), "{types:?}");
+    let claimed: Vec<&str> = of_batch
+        .iter()
+        .filter(|event| event.event == "operation_claimed")
+        .map(|event| event.data["worker"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(
+        claimed,
+        vec!["w"],
+        "an item's claims from the batch's creation on are the batch's events, not those before it: {types:?}"
+    );
+    assert!(types.contains(&"operation_succeeded"), "{types:?}");
+    // The same from a stream that starts after the batch's creation.
+    let created = of_batch[0].id;
+    let later = collect(format!("?after={created}&batch={batch_id}")).await;
+    assert!(
+        later.iter().any(|event| event.event == "operation_claimed"),
+        "{later:?}"
+    );
 
     let of_operation = collect(format!("?after={head}&operation={operation}")).await;
     assert!(of_operation.iter().any(|event| event.event == "operation_created"));

@@ -17,7 +17,7 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use futures::{Stream, StreamExt};
-use opledger_domain::{quoted, EventEnvelope, OperationId};
+use opledger_domain::{quoted, BatchId, Event, EventEnvelope, OperationId};
 use opledger_store::Store;
 use serde::Deserialize;
 use serde_json::Value;
@@ -39,7 +39,9 @@ pub struct EventsQuery {
     pub after: Option<i64>,
     /// Only events of this operation (its stream, or a payload naming it).
     pub operation: Option<String>,
-    /// Only events of this batch (its stream, or a payload naming it).
+    /// Only events of this batch: its stream, a payload naming it, and
+    /// every event of one of its items' operations from the batch's
+    /// creation on (claims, progress, outcome).
     pub batch: Option<String>,
     /// Only events of this media item: its stream, a payload naming it,
     /// and every event of an operation on it (claims, progress, outcome).
@@ -68,26 +70,37 @@ impl Filter {
         Ok(Filter { wanted })
     }
 
-    /// The media item asked for, if any.
-    fn media(&self) -> Option<&str> {
+    /// The id of this kind asked for, if any.
+    fn wanted(&self, kind: &str) -> Option<&str> {
         self.wanted
             .iter()
-            .find(|(what, _)| *what == "media")
+            .find(|(what, _)| *what == kind)
             .map(|(_, id)| id.as_str())
     }
 
     /// The event belongs to every wanted id: its stream is that id's
     /// stream, or its payload names the id (`media_id`, `batch_id`,
     /// `operation_id`, `operation_ids`, at any depth: a task's target
-    /// names its media item), or — for a media item — the event is on the
-    /// stream of an operation whose target is that item (`on_media`).
-    pub fn keeps(&self, envelope: &EventEnvelope, json: &Value, on_media: Option<&str>) -> bool {
+    /// names its media item), or the event is on the stream of an
+    /// operation whose target is the wanted media item or that is an item
+    /// of the wanted batch (`owner`).
+    pub fn keeps(&self, envelope: &EventEnvelope, json: &Value, owner: &Owner) -> bool {
         self.wanted.iter().all(|(what, id)| {
             envelope.stream_id.as_str() == format!("{what}-{id}")
                 || names(json, what, id)
-                || (*what == "media" && on_media == Some(id.as_str()))
+                || (*what == "media" && owner.media.as_deref() == Some(id.as_str()))
+                || (*what == "batch" && owner.in_batch)
         })
     }
+}
+
+/// What an event on an operation's stream belongs to beyond its payload:
+/// the media item the operation targets, and whether the operation is an
+/// item of the wanted batch (read only for the filters given).
+#[derive(Debug, Clone, Default)]
+pub struct Owner {
+    pub media: Option<String>,
+    pub in_batch: bool,
 }
 
 /// Operations a stream has looked up at most; past it the cache starts
@@ -176,6 +189,7 @@ pub async fn events<S: Store>(
         after,
         ready: VecDeque::new(),
         owners: HashMap::new(),
+        batch_from: None,
         wake,
     }
     .into_stream();
@@ -190,9 +204,14 @@ struct Tail<S: Store> {
     after: i64,
     /// Read and kept, not yet sent.
     ready: VecDeque<SseEvent>,
-    /// For a media filter: the media item each operation seen targets (an
-    /// operation's later events name only the operation).
-    owners: HashMap<String, Option<String>>,
+    /// For a media or batch filter, per operation seen: its target and
+    /// whether it is an item of the batch (an operation's later events
+    /// name only the operation).
+    owners: HashMap<String, Owner>,
+    /// For a batch filter: the seq of the batch's creation, once known.
+    /// An item's events before it are not the batch's (an operation a
+    /// batch follows may be older than the batch).
+    batch_from: Option<i64>,
     wake: watch::Receiver<u64>,
 }
 
@@ -249,8 +268,9 @@ impl<S: Store> Tail<S> {
                     continue;
                 }
             };
-            let on_media = self.media_of(&envelope).await;
-            if self.filter.keeps(&envelope, &json, on_media.as_deref()) {
+            let owner = self.owner_of(&envelope).await;
+            self.learn_members(&envelope);
+            if self.filter.keeps(&envelope, &json, &owner) {
                 self.ready.push_back(
                     SseEvent::default()
                         .id(envelope.seq.to_string())
@@ -262,29 +282,85 @@ impl<S: Store> Tail<S> {
         Some(read)
     }
 
-    /// For a media filter and an event on an operation's stream: the media
-    /// item the operation targets, read once per operation from the
-    /// operations projection (whose row exists from the operation's first
-    /// event on). None for other events, regions' operations, or when the
-    /// row cannot be read (the event is then judged by its payload alone).
-    async fn media_of(&mut self, envelope: &EventEnvelope) -> Option<String> {
-        self.filter.media()?;
-        let operation = envelope.stream_id.as_str().strip_prefix("operation-")?;
-        if let Some(owner) = self.owners.get(operation) {
-            return owner.clone();
+    /// For a media or batch filter and an event on an operation's stream:
+    /// what the operation belongs to, read once per operation from the
+    /// operations and batch-items projections (whose rows exist from the
+    /// operation's first event and the batch's creation on). Nothing for
+    /// other events, or when a row cannot be read (the event is then
+    /// judged by its payload alone).
+    async fn owner_of(&mut self, envelope: &EventEnvelope) -> Owner {
+        let (media, batch) = (self.filter.wanted("media"), self.filter.wanted("batch"));
+        if media.is_none() && batch.is_none() {
+            return Owner::default();
         }
-        let id = uuid::Uuid::parse_str(operation).ok()?;
-        let owner = match self.app.engine().operation(OperationId(id)).await {
-            Ok(row) => row.media_id.map(|media| media.0.hyphenated().to_string()),
-            Err(error) => {
-                tracing::debug!(%error, operation, "an event stream cannot read an operation's target");
-                return None;
+        let Some(operation) = envelope.stream_id.as_str().strip_prefix("operation-") else {
+            return Owner::default();
+        };
+        let mut owner = match self.owners.get(operation) {
+            Some(owner) => owner.clone(),
+            None => {
+                let Ok(id) = uuid::Uuid::parse_str(operation).map(OperationId) else {
+                    return Owner::default();
+                };
+                let owner = self.look_up(id, media.is_some(), batch.map(str::to_string)).await;
+                if self.owners.len() >= OWNERS_KEPT {
+                    self.owners.clear();
+                }
+                self.owners.insert(operation.to_string(), owner.clone());
+                owner
             }
         };
-        if self.owners.len() >= OWNERS_KEPT {
-            self.owners.clear();
+        if owner.in_batch {
+            owner.in_batch = self.batch_from.is_some_and(|from| envelope.seq >= from);
         }
-        self.owners.insert(operation.to_string(), owner.clone());
         owner
+    }
+
+    async fn look_up(&mut self, operation: OperationId, media: bool, batch: Option<String>) -> Owner {
+        let engine = self.app.engine();
+        let mut owner = Owner::default();
+        if media {
+            match engine.operation(operation).await {
+                Ok(row) => owner.media = row.media_id.map(|media| media.0.hyphenated().to_string()),
+                Err(error) => tracing::debug!(%error, %operation, "an event stream cannot read an operation's target"),
+            }
+        }
+        let Some(batch) = batch.and_then(|text| uuid::Uuid::parse_str(&text).ok()).map(BatchId) else {
+            return owner;
+        };
+        if self.batch_from.is_none() {
+            match engine.batch_created_at_seq(batch).await {
+                Ok(from) => self.batch_from = from,
+                Err(error) => tracing::debug!(%error, %batch, "an event stream cannot read a batch's creation"),
+            }
+        }
+        match engine.batch_item(batch, operation).await {
+            Ok(item) => owner.in_batch = item.is_some(),
+            Err(error) => tracing::debug!(%error, %operation, "an event stream cannot read a batch's items"),
+        }
+        owner
+    }
+
+    /// An event that creates the wanted batch or adds items to it: its
+    /// items are the batch's from here on, whatever an earlier look-up
+    /// found (it ran before the batch was created).
+    fn learn_members(&mut self, envelope: &EventEnvelope) {
+        let Some(wanted) = self.filter.wanted("batch") else {
+            return;
+        };
+        match &envelope.event {
+            Event::BatchCreated(created) if created.batch_id.0.hyphenated().to_string() == wanted => {
+                self.batch_from.get_or_insert(envelope.seq);
+            }
+            Event::BatchItemsAdded(added) if added.batch_id.0.hyphenated().to_string() == wanted => {
+                self.batch_from.get_or_insert(envelope.seq);
+                for item in &added.items {
+                    if let Some(owner) = self.owners.get_mut(&item.operation_id.0.hyphenated().to_string()) {
+                        owner.in_batch = true;
+                    }
+                }
+            }
+            _ => {}
+        }
     }
 }
