@@ -156,6 +156,10 @@ pub(crate) fn spawnable<'a, T>(future: impl Future<Output = T> + Send + 'a) -> B
 /// unblocking, enqueueing and blocking of waiting tasks), so this never
 /// recurses.
 pub(crate) const REACTIONS: &[Reaction] = &[
+    // Applicability: a task requeued for content its kind does not apply
+    // to is recorded not_applicable (first: that settles it, which the
+    // reactions after it must see).
+    Reaction::Applicability,
     // Completion reconciliation: batches holding an operation these events
     // settled record its outcome in the same transaction.
     Reaction::BatchSettlement,
@@ -174,9 +178,11 @@ pub(crate) async fn commit_appends<T: WriteTx>(
     appends: Vec<StreamAppend>,
 ) -> Result<Vec<EventEnvelope>, EngineError> {
     let mut envelopes = append_and_fold(tx, rows, appends).await?;
-    let appended = envelopes.len();
+    // Each reaction sees the command's events and those of the reactions
+    // before it (a task one records not_applicable is settled for the
+    // batches that hold it).
     for reaction in REACTIONS {
-        let reacted = reaction.appends(tx, rows, &envelopes[..appended]).await?;
+        let reacted = reaction.appends(tx, rows, &envelopes).await?;
         if !reacted.is_empty() {
             envelopes.extend(append_and_fold(tx, rows, reacted).await?);
         }

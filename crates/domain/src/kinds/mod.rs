@@ -84,6 +84,16 @@ impl KindDeclaration {
         self.applies_to.is_empty() || self.applies_to.iter().any(|kind| kind == media_kind)
     }
 
+    /// Why the kind does not apply to an item of `media_kind`: the reason
+    /// its task is recorded `not_applicable` with.
+    pub fn not_applicable_reason(&self, media_kind: &str) -> String {
+        format!(
+            "{} applies to {}, not to {media_kind:?}",
+            self.name,
+            self.applies_to.join(", ")
+        )
+    }
+
     /// The declaration in its one recorded form, or why it is invalid:
     /// the capability filled in (media kinds), `applies_to` and `needs`
     /// sorted and without repeats, and the inputs every kind of its target

@@ -1,13 +1,14 @@
 //! The reactions that follow every command's events inside its transaction
 //! (listed, in order, by `tx::REACTIONS`): each reads what the command
-//! appended and the rows it left, and says what else must be recorded in
-//! the same transaction.
+//! appended (and what the reactions before it added) and the rows it
+//! left, and says what else must be recorded in the same transaction.
 //!
 //! A reaction knows no command: it sees envelopes and rows only, so every
 //! command gets it by committing, and none can forget it. Its events are
 //! the system's (actor `system`), in the flow of the event they follow
 //! (its correlation id), caused by it (`seq:N`), at its time.
 
+mod applicability;
 mod needs;
 mod settlement;
 
@@ -22,6 +23,10 @@ use opledger_store::{StreamAppend, WriteTx};
 /// One reaction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Reaction {
+    /// Applicability: a task that goes back to the queue for a revision
+    /// whose content is of a media kind its kind does not apply to is
+    /// recorded `not_applicable` instead of waiting to fail on it.
+    Applicability,
     /// Completion reconciliation: for every operation the events left
     /// settled, the batches holding it as an unsettled item record its
     /// outcome, on each batch's stream, right after the events that
@@ -44,6 +49,7 @@ impl Reaction {
         envelopes: &[EventEnvelope],
     ) -> Result<Vec<StreamAppend>, EngineError> {
         match self {
+            Reaction::Applicability => applicability::mark_not_applicable(tx, rows, envelopes).await,
             Reaction::BatchSettlement => settlement::batch_settlements(tx, rows, envelopes).await,
             Reaction::Needs => needs::release_dependents(tx, rows, envelopes).await,
         }

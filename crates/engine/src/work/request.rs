@@ -234,7 +234,7 @@ pub(crate) async fn request_in_tx<T: WriteTx>(
                                 Event::for_reason(
                                     Cause::MarkNotApplicable,
                                     state.operation_id,
-                                    not_applicable_reason(kind, media_kind),
+                                    kind.not_applicable_reason(media_kind),
                                 )
                                 .map(|event| stamp.event(event)),
                             );
@@ -302,7 +302,7 @@ pub(crate) async fn request_in_tx<T: WriteTx>(
                             Event::for_reason(
                                 Cause::MarkNotApplicable,
                                 new_operation_id,
-                                not_applicable_reason(kind, media_kind),
+                                kind.not_applicable_reason(media_kind),
                             )
                             .map(|event| stamp.event(event)),
                         );
@@ -498,13 +498,4 @@ impl<S: Store> Engine<S> {
             })
             .collect()
     }
-}
-
-/// Why a kind does not apply to an item of `media_kind`.
-fn not_applicable_reason(kind: &KindDeclaration, media_kind: &str) -> String {
-    format!(
-        "{} applies to {}, not to {media_kind:?}",
-        kind.name,
-        kind.applies_to.join(", ")
-    )
 }
