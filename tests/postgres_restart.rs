@@ -5,7 +5,7 @@
 //! immediate mode as a crash would, stopped in fast mode). Calls in flight
 //! are answered Unavailable and tried again with a backoff; calls made
 //! while it is down wait for it in the store's pool (which reconnects, up
-//! to its acquire timeout). While it is down, a new process's `opledger
+//! to the URL's `connect_timeout`). While it is down, a new process's `opledger
 //! status` exits 5, and an HTTP client of a real `opledger serve` hears
 //! 200 or 503, never anything else (the run prints the longest wait). Afterwards every worker
 //! goes on working (none hangs), and after a final drain no advisory lock

@@ -103,10 +103,6 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// How long a caller waits for a pooled connection before the database is
-/// reported unavailable.
-const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(30);
-
 /// The durable schema, embedded at build time (no database needed to build).
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/postgres");
 
@@ -158,8 +154,8 @@ impl PostgresStore {
     pub async fn open(config: PostgresConfig) -> Result<Self, StoreError> {
         let options = connect_options(&config);
         migrate(&options, &config).await?;
-        let writers = pool(&options, config.write_connections);
-        let readers = pool(&options, config.read_connections);
+        let writers = pool(&options, config.write_connections, config.connect_timeout);
+        let readers = pool(&options, config.read_connections, config.connect_timeout);
         tx::ensure_projection_tables(&writers).await?;
         chain::fill_unchained(&writers).await?;
         let (queue, pieces) = tokio::sync::mpsc::channel(1024);
@@ -199,7 +195,7 @@ impl PostgresStore {
         let checked = open::check_for_reading(&mut connection, &config).await;
         let _ = sqlx::Connection::close(connection).await;
         checked?;
-        let readers = pool(&options, config.read_connections);
+        let readers = pool(&options, config.read_connections, config.connect_timeout);
         Ok(PostgresStore {
             inner: Arc::new(Inner {
                 config,
@@ -262,12 +258,17 @@ fn connect_options(config: &PostgresConfig) -> PgConnectOptions {
         .disable_statement_logging()
 }
 
-/// Pools connect lazily: opening a store costs one connection, not a pool's worth.
-fn pool(options: &PgConnectOptions, size: u32) -> PgPool {
+/// Pools connect lazily: opening a store costs one connection, not a pool's
+/// worth. A caller waits the URL's `connect_timeout` at most for a
+/// connection: a free one comes within milliseconds on a healthy server,
+/// and a new one is a connection like any other, so a server that stopped
+/// answering is reported unavailable (HTTP 503, exit 5) within the time the
+/// user gave a connection rather than after a pool's own, longer, wait.
+fn pool(options: &PgConnectOptions, size: u32, acquire_timeout: Duration) -> PgPool {
     PgPoolOptions::new()
         .max_connections(size.max(1))
         .min_connections(0)
-        .acquire_timeout(ACQUIRE_TIMEOUT)
+        .acquire_timeout(acquire_timeout)
         .connect_lazy_with(options.clone())
 }
 
@@ -283,7 +284,7 @@ async fn migrate(options: &PgConnectOptions, config: &PostgresConfig) -> Result<
     checked?;
     let pool = PgPoolOptions::new()
         .max_connections(1)
-        .acquire_timeout(ACQUIRE_TIMEOUT)
+        .acquire_timeout(config.connect_timeout)
         .connect_with(options.clone())
         .await
         .map_err(|error| error::map(error, &format!("connecting to {}", config.describe())))?;

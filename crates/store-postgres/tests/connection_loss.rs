@@ -4,6 +4,9 @@
 //! the store (a write's statement or its COMMIT meets the dead connection)
 //! and through an engine command (a worker's fenced completion). A ledger
 //! lock whose session is terminated says it is lost, and is free to others.
+//! A server that stops answering (a relay in front of it cut) is reported
+//! Unavailable within the URL's `connect_timeout`, reads and writes alike,
+//! and the store works again once it answers.
 
 use futures::TryStreamExt;
 use opledger_domain::ids::MediaId;
@@ -13,7 +16,10 @@ use opledger_store::{ErrorKind, ExpectedVersion, LedgerLock, Store, StoreError, 
 use opledger_store_conformance::{registered, Harness};
 use opledger_store_postgres::PostgresStore;
 use sqlx::Connection;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
 use uuid::Uuid;
 
 fn append_for(media_id: MediaId) -> Vec<StreamAppend> {
@@ -267,4 +273,107 @@ async fn a_ledger_lock_whose_session_ends_says_it_is_lost_and_is_free_to_others(
         other.try_lock_ledger("ingest").await.unwrap().is_some(),
         "the server released the lost lock"
     );
+}
+
+/// Registers media item `id` in a transaction of its own.
+async fn append_one(store: &PostgresStore, id: u128) -> Result<(), StoreError> {
+    store
+        .write(move |tx: &mut <PostgresStore as Store>::Tx| {
+            Box::pin(async move {
+                tx.append(append_for(MediaId(Uuid::from_u128(id)))).await?;
+                Ok::<_, StoreError>(())
+            })
+        })
+        .await
+}
+
+/// A TCP relay to the test's server that can be cut, as when the server
+/// goes down: new connections are refused (its port closes) and open ones
+/// are closed.
+struct Relay {
+    port: u16,
+    accepting: JoinHandle<()>,
+    links: Arc<Mutex<Vec<JoinHandle<()>>>>,
+}
+
+impl Relay {
+    /// A relay on `listen` (0: any free port) to the server at `host:port`.
+    async fn to(host: String, port: u16, listen: u16) -> Relay {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", listen)).await.unwrap();
+        let relay_port = listener.local_addr().unwrap().port();
+        let links = Arc::new(Mutex::new(Vec::new()));
+        let accepting = {
+            let links = links.clone();
+            tokio::spawn(async move {
+                while let Ok((mut client, _)) = listener.accept().await {
+                    let Ok(mut server) = tokio::net::TcpStream::connect((host.as_str(), port)).await else {
+                        continue;
+                    };
+                    let link = tokio::spawn(async move {
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                    });
+                    links.lock().unwrap().push(link);
+                }
+            })
+        };
+        Relay {
+            port: relay_port,
+            accepting,
+            links,
+        }
+    }
+
+    async fn cut(&self) {
+        self.accepting.abort();
+        for link in self.links.lock().unwrap().drain(..) {
+            link.abort();
+        }
+        // The listener is dropped with its task: wait until the port refuses.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while tokio::net::TcpStream::connect(("127.0.0.1", self.port)).await.is_ok() {
+            assert!(Instant::now() < deadline, "the relay's port still accepts");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_stops_answering_is_unavailable_within_the_connect_timeout_not_the_pools_wait() {
+    let Some(harness) = opledger_testkit::postgres::backend().await else {
+        return;
+    };
+    let mut config = harness.config();
+    let (host, port) = (config.options.get_host().to_string(), config.options.get_port());
+    let relay = Relay::to(host.clone(), port, 0).await;
+    config.options = config.options.clone().host("127.0.0.1").port(relay.port);
+    config.connect_timeout = Duration::from_secs(1);
+    let store = PostgresStore::open(config.clone())
+        .await
+        .expect("the store opens through the relay");
+    append_one(&store, 7).await.unwrap();
+    assert_eq!(store.head().await.unwrap(), 1);
+
+    relay.cut().await;
+    // Each call twice: the first may meet a pooled connection the cut
+    // closed, the second must open a new one and cannot.
+    for round in 0..2 {
+        let started = Instant::now();
+        let read = store.head().await.expect_err("the server is gone");
+        assert_eq!(read.kind, ErrorKind::Unavailable, "{read}");
+        let appended = append_one(&store, 8 + round).await.expect_err("the server is gone");
+        assert_eq!(appended.kind, ErrorKind::Unavailable, "{appended}");
+        assert!(
+            started.elapsed() < Duration::from_secs(6),
+            "round {round}: a read and a write answered Unavailable within the 1 s connect timeout each \
+             (plus slack), not the pool's own wait: {:?}",
+            started.elapsed()
+        );
+    }
+
+    // The server answers again (the relay back on its port): the same
+    // store works, and none of the refused writes was recorded.
+    let _back = Relay::to(host, port, relay.port).await;
+    assert_eq!(store.head().await.unwrap(), 1, "no refused write was recorded");
+    append_one(&store, 20).await.unwrap();
+    assert_eq!(store.head().await.unwrap(), 2);
 }
