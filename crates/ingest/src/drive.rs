@@ -13,8 +13,8 @@ use futures::StreamExt;
 use opledger_domain::{IngestionStage, MediaId, OperationId};
 use opledger_engine::{CommandContext, Engine, FileObservation, IngestionClaim, Registration};
 use opledger_media::{
-    classify_file, hash_file, read_metadata, text_path, MediaError, MediaKind, Settler, HEIF_SUPPORT, IMAGE_KINDS,
-    NO_FFMPEG, NO_HEIF_SUPPORT, VIDEO_KINDS,
+    classify_file, hash_file, read_metadata, text_path, MediaError, MediaKind, Settler, IMAGE_KINDS, NO_FFMPEG,
+    NO_HEIF_SUPPORT, VIDEO_KINDS,
 };
 use opledger_store::Store;
 use opledger_worker::ComputeThreads;
@@ -35,9 +35,17 @@ pub(crate) struct FileReading {
     pub compute: ComputeThreads,
     /// How long a write may fail on storage trouble (see `patience`).
     pub give_up_after: Duration,
-    /// Whether `ffprobe` and `ffmpeg` are installed: without them a
-    /// video's kinds are requested blocked.
-    pub ffmpeg_found: bool,
+    pub tools: Tools,
+}
+
+/// What this installation can run: a file whose kinds need what it lacks
+/// has them requested blocked, with why, instead of failing.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Tools {
+    /// `ffprobe` and `ffmpeg` are installed (video kinds).
+    pub ffmpeg: bool,
+    /// The build decodes HEIF and AVIF (`opledger_media::HEIF_SUPPORT`).
+    pub heif: bool,
 }
 
 /// A file of this run that is being processed.
@@ -380,8 +388,8 @@ async fn read_files(
                             () = stop.requested() => return Reading::Stopped,
                         }
                     }
-                    let ffmpeg_found = reading.ffmpeg_found;
-                    let read = compute.run(move || read_file(&path, ffmpeg_found));
+                    let tools = reading.tools;
+                    let read = compute.run(move || read_file(&path, tools));
                     tokio::select! {
                         read = read => match read {
                             Ok(Ok(found)) => Reading::Read(found),
@@ -402,7 +410,7 @@ async fn read_files(
 
 /// Reads a file once: its size and modification time, its content digest,
 /// what its content says it is, and for an image what its header says.
-fn read_file(path: &Path, ffmpeg_found: bool) -> Result<FileRead, String> {
+fn read_file(path: &Path, tools: Tools) -> Result<FileRead, String> {
     let unreadable = |error: MediaError| match error {
         MediaError::Io { action, source, .. } => format!("cannot read the file ({action} it): {source}"),
         other => format!("cannot read the file: {other}"),
@@ -418,7 +426,7 @@ fn read_file(path: &Path, ffmpeg_found: bool) -> Result<FileRead, String> {
             .collect()
     };
     let (parsed, blocked) = match classified.kind {
-        MediaKind::Image if classified.needs_heif() && !HEIF_SUPPORT => (
+        MediaKind::Image if classified.needs_heif() && !tools.heif => (
             json!({"format": classified.format}),
             unavailable(IMAGE_KINDS, NO_HEIF_SUPPORT),
         ),
@@ -429,7 +437,7 @@ fn read_file(path: &Path, ffmpeg_found: bool) -> Result<FileRead, String> {
             ),
             Err(error) => (json!({"error": error.to_string()}), BTreeMap::new()),
         },
-        MediaKind::Video if !ffmpeg_found => (
+        MediaKind::Video if !tools.ffmpeg => (
             json!({"format": classified.format}),
             unavailable(VIDEO_KINDS, NO_FFMPEG),
         ),
@@ -484,5 +492,57 @@ mod tests {
             .collect();
         assert_eq!(flattened, (0..1000).collect::<Vec<_>>(), "every file once, in order");
         assert!(growing_chunks(Vec::<i32>::new(), 32, 250).is_empty());
+    }
+
+    fn blocked_reading(name: &str, bytes: &[u8], tools: Tools) -> (String, BTreeMap<String, String>) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(name);
+        std::fs::write(&path, bytes).unwrap();
+        let read = read_file(&path, tools).expect("the file reads");
+        (read.media_kind, read.blocked)
+    }
+
+    /// CI builds with the `heif` feature, so the ingest tests see HEIF
+    /// decoded; what a build without it does is decided here.
+    #[test]
+    fn a_heif_photo_in_a_build_without_heif_has_its_image_kinds_blocked_saying_why() {
+        let heic = b"\0\0\0\x18ftypheic\0\0\0\0mif1heic";
+        let without = Tools {
+            ffmpeg: true,
+            heif: false,
+        };
+        let (media_kind, blocked) = blocked_reading("IMG_0001.HEIC", heic, without);
+        assert_eq!(media_kind, "image");
+        let expected: BTreeMap<String, String> = IMAGE_KINDS
+            .iter()
+            .map(|kind| (kind.to_string(), NO_HEIF_SUPPORT.to_string()))
+            .collect();
+        assert_eq!(blocked, expected);
+        let with = Tools { heif: true, ..without };
+        assert!(
+            blocked_reading("IMG_0001.HEIC", heic, with).1.is_empty(),
+            "a build that decodes HEIF runs the kinds (and fails them if the file is no photo)"
+        );
+    }
+
+    #[test]
+    fn a_video_without_ffmpeg_has_its_video_kinds_blocked_saying_why() {
+        let mp4 = b"\0\0\0\x18ftypisom\0\0\0\0isommp41";
+        let without = Tools {
+            ffmpeg: false,
+            heif: true,
+        };
+        let (media_kind, blocked) = blocked_reading("clip.mp4", mp4, without);
+        assert_eq!(media_kind, "video");
+        let expected: BTreeMap<String, String> = VIDEO_KINDS
+            .iter()
+            .map(|kind| (kind.to_string(), NO_FFMPEG.to_string()))
+            .collect();
+        assert_eq!(blocked, expected);
+        let with = Tools {
+            ffmpeg: true,
+            ..without
+        };
+        assert!(blocked_reading("clip.mp4", mp4, with).1.is_empty());
     }
 }

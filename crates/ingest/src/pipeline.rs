@@ -6,7 +6,7 @@
 
 use crate::begin::begin;
 use crate::discover::{classify, walk};
-use crate::drive::{drive, FileReading};
+use crate::drive::{drive, FileReading, Tools};
 use crate::finish::finish_settled;
 use crate::lock::{flight_record_path, is_run_worker, left_flight_records, run_worker, IngestLock};
 use crate::review::review_entries;
@@ -136,7 +136,10 @@ pub async fn ingest<S: Store>(
             settler: Settler::new(options.settle_quiet).with_poll(options.settle_quiet / 5),
             compute: workers.compute.clone(),
             give_up_after: options.give_up_after,
-            ffmpeg_found: options.ffmpeg.is_some(),
+            tools: Tools {
+                ffmpeg: options.ffmpeg.is_some(),
+                heif: opledger_media::HEIF_SUPPORT,
+            },
         };
         let known_paths = workers.known_paths.clone();
         let workers_ended = workers.ended.clone();
