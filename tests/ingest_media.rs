@@ -4,8 +4,9 @@
 //! image kinds end `not_applicable` on them, never failed); a sound gets
 //! its facts in pure Rust; a video gets its facts and a poster frame
 //! through ffmpeg, and where ffmpeg is not installed its kinds are blocked
-//! with the reason, which `status` says once; a HEIC photo in a build
-//! without HEIF support is blocked likewise. `replay --verify` after each.
+//! with the reason, which `status` says once, and run in the first ingest
+//! that has ffmpeg; a HEIC photo in a build without HEIF support is
+//! blocked likewise. `replay --verify` after each.
 //!
 //! The test that makes real videos needs ffmpeg: without it, it is
 //! skipped loudly, except under `CI=true`, where it fails.
@@ -15,11 +16,12 @@ mod ingest_support;
 
 use common::{describe, opledger, stdout};
 use ingest_support::{count, ingest, verify};
-use serde_json::Value;
+use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const IMAGE_KINDS: [&str; 3] = ["metadata", "thumbnail", "perceptual_hash"];
+const VIDEO_KINDS: [&str; 2] = ["video_metadata", "poster_frame"];
 
 /// The folder the ingest reads, canonical (as the ledger records paths).
 fn photos(dir: &Path) -> PathBuf {
@@ -483,4 +485,72 @@ fn a_video_gets_its_facts_and_a_poster_frame_and_a_sound_its_tags_while_image_ki
     assert_eq!(audio["tags"]["title"], "Tuning Note");
     assert_eq!(audio["tags"]["artist"], "The Testers");
     verify(dir.path());
+}
+
+#[test]
+fn a_videos_kinds_blocked_for_want_of_ffmpeg_run_in_the_first_ingest_that_has_it() {
+    if !have_ffmpeg() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let photos = photos(dir.path());
+    // Enough clips that their tasks outlast a run that would not wait
+    // for them (every file is unchanged in the run that has ffmpeg).
+    let clips: Vec<PathBuf> = ["red", "green", "blue", "white", "black", "yellow", "cyan", "magenta"]
+        .iter()
+        .map(|color| {
+            let clip = photos.join(format!("{color}.mp4"));
+            ffmpeg(&[
+                "-f",
+                "lavfi",
+                "-i",
+                &format!("color=c={color}:s=160x120:d=1:r=10"),
+                "-c:v",
+                "mpeg4",
+                clip.to_str().unwrap(),
+            ]);
+            clip
+        })
+        .collect();
+    let empty = dir.path().join("no-tools");
+    std::fs::create_dir_all(&empty).unwrap();
+    let mut without_ffmpeg = opledger(dir.path());
+    without_ffmpeg.env("PATH", &empty);
+    let output = ingest_support::run_ingest(without_ffmpeg, &[]);
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    let item = Item::read(dir.path(), &clips[0]);
+    for kind in VIDEO_KINDS {
+        assert_eq!(item.status(kind), "blocked", "{kind}");
+    }
+
+    // ffmpeg on PATH: every file is unchanged, and the blocked kinds run.
+    let output = ingest_support::run_ingest(opledger(dir.path()), &[]);
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    let summary: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(count(&summary, "unchanged"), clips.len() as u64, "{summary}");
+    assert_eq!(count(&summary, "tasks_run"), 2 * clips.len() as u64, "{summary}");
+    assert_eq!(summary["review_entries"], json!([]), "{summary}");
+    for clip in &clips {
+        let item = Item::read(dir.path(), clip);
+        for kind in VIDEO_KINDS {
+            assert_eq!(item.status(kind), "succeeded", "{kind}: {}", item.task(kind));
+        }
+        assert_eq!(item.task("video_metadata")["output"]["width"], 160);
+    }
+    // Each was retried as a person would from the review queue, with why.
+    let item = Item::read(dir.path(), &clips[0]);
+    let operation = item.task("poster_frame")["operation_id"].as_str().unwrap().to_string();
+    let timeline = opledger(dir.path()).args(["timeline", &operation]).output().unwrap();
+    assert_eq!(timeline.status.code(), Some(0), "{}", describe(&timeline));
+    assert!(
+        stdout(&timeline).contains("ffmpeg is installed now"),
+        "{}",
+        stdout(&timeline)
+    );
+    verify(dir.path());
+
+    // Nothing is left for the next run.
+    let again = ingest_support::run_ingest(opledger(dir.path()), &[]);
+    let summary: Value = serde_json::from_slice(&again.stdout).unwrap();
+    assert_eq!(count(&summary, "tasks_run"), 0, "{summary}");
 }

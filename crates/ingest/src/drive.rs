@@ -7,6 +7,7 @@ use crate::discover::observe;
 use crate::finish::{finish_settled, SETTLE_WINDOW};
 use crate::patience::patiently;
 use crate::pipeline::CHUNK;
+use crate::tools::Tools;
 use crate::workers::KnownPaths;
 use crate::{task_kinds_for, IngestError, IngestProgress, StopSignal};
 use futures::StreamExt;
@@ -36,16 +37,6 @@ pub(crate) struct FileReading {
     /// How long a write may fail on storage trouble (see `patience`).
     pub give_up_after: Duration,
     pub tools: Tools,
-}
-
-/// What this installation can run: a file whose kinds need what it lacks
-/// has them requested blocked, with why, instead of failing.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Tools {
-    /// `ffprobe` and `ffmpeg` are installed (video kinds).
-    pub ffmpeg: bool,
-    /// The build decodes HEIF and AVIF (`opledger_media::HEIF_SUPPORT`).
-    pub heif: bool,
 }
 
 /// A file of this run that is being processed.

@@ -8,7 +8,8 @@
 //! sound's own kinds) and runs them with a pool of local workers, until
 //! every file has settled. A task that cannot run here (ffmpeg not
 //! installed, a HEIF photo in a build without HEIF support) is requested
-//! `blocked` with the reason, and its file settles without it.
+//! `blocked` with the reason, and its file settles without it; a later run
+//! that has what it lacked retries it and waits for it (`tools`).
 //!
 //! Everything it does goes through the engine, so the ledger knows exactly
 //! what happened to every file; what it keeps in memory is only what one
@@ -48,6 +49,7 @@ mod patience;
 mod pipeline;
 mod review;
 mod summary;
+mod tools;
 mod workers;
 
 pub use lock::{is_run_worker, run_worker, IngestLock, INGEST_LOCK};

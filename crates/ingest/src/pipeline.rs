@@ -6,10 +6,11 @@
 
 use crate::begin::begin;
 use crate::discover::{classify, walk};
-use crate::drive::{drive, FileReading, Tools};
+use crate::drive::{drive, FileReading};
 use crate::finish::finish_settled;
 use crate::lock::{flight_record_path, is_run_worker, left_flight_records, run_worker, IngestLock};
 use crate::review::review_entries;
+use crate::tools::{retry_what_now_runs, wait_for, Tools};
 use crate::workers::ImageWorkers;
 use crate::{IngestError, IngestOptions, IngestProgress, IngestSummary, Interrupted};
 use opledger_domain::DomainError;
@@ -128,6 +129,17 @@ pub async fn ingest<S: Store>(
             "ingestions and batch started"
         );
 
+        // Tasks blocked for what this run has (ffmpeg installed since, a
+        // build that decodes HEIF) are retried; the run waits for them too.
+        let tools = Tools {
+            ffmpeg: options.ffmpeg.is_some(),
+            heif: opledger_media::HEIF_SUPPORT,
+        };
+        let retried = retry_what_now_runs(&engine, &run.context, &run.root, tools).await?;
+        if !retried.is_empty() {
+            tracing::info!(retried = retried.len(), "retried tasks blocked for what this run has");
+        }
+
         // 3. The workers, in the background until every file has settled.
         let workers = ImageWorkers::start(&engine, &run.worker, &options)?;
 
@@ -136,13 +148,11 @@ pub async fn ingest<S: Store>(
             settler: Settler::new(options.settle_quiet).with_poll(options.settle_quiet / 5),
             compute: workers.compute.clone(),
             give_up_after: options.give_up_after,
-            tools: Tools {
-                ffmpeg: options.ffmpeg.is_some(),
-                heif: opledger_media::HEIF_SUPPORT,
-            },
+            tools,
         };
         let known_paths = workers.known_paths.clone();
         let workers_ended = workers.ended.clone();
+        let mut retried_ended = workers.ended.clone();
         let driven = drive(
             &engine,
             &run.context,
@@ -155,9 +165,12 @@ pub async fn ingest<S: Store>(
             workers_ended,
         )
         .await;
-        let stopping = driven
+        let mut stopping = driven
             .as_ref()
             .is_ok_and(|driven| !driven.in_flight.is_empty() || !driven.unread.is_empty());
+        if driven.is_ok() && !stopping {
+            stopping = !wait_for(&engine, &retried, &stop, &mut retried_ended).await?;
+        }
         let stopped = if stopping {
             workers.stop_within(options.stop_grace, stop.requested_now()).await?
         } else {

@@ -1,6 +1,7 @@
 //! The last step of a run: what needs a person among the folder's files.
 
 use crate::{IngestError, ReviewEntry};
+use opledger_domain::projections::ReviewRow;
 use opledger_domain::MediaId;
 use opledger_engine::Engine;
 use opledger_store::Store;
@@ -10,6 +11,25 @@ use std::path::Path;
 /// The open review entries of files under `root`: entries that name a
 /// path under it, or the media item at such a path.
 pub(crate) async fn review_entries<S: Store>(engine: &Engine<S>, root: &Path) -> Result<Vec<ReviewEntry>, IngestError> {
+    Ok(open_entries_under(engine, root)
+        .await?
+        .into_iter()
+        .map(|(entry, path)| ReviewEntry {
+            entry_id: entry.entry_id,
+            path: Some(path),
+            kind: entry.kind,
+            reason_code: entry.reason_code,
+            detail: entry.detail,
+        })
+        .collect())
+}
+
+/// The open review entries of files under `root`, each with its file's
+/// path, oldest first.
+pub(crate) async fn open_entries_under<S: Store>(
+    engine: &Engine<S>,
+    root: &Path,
+) -> Result<Vec<(ReviewRow, String)>, IngestError> {
     let root_text = opledger_media::path_text(root);
     let under_root = |path: &str| Path::new(path).starts_with(&root_text);
     let entries = engine.review_entries().await?;
@@ -41,14 +61,8 @@ pub(crate) async fn review_entries<S: Store>(engine: &Engine<S>, root: &Path) ->
             .path
             .clone()
             .or_else(|| entry.media_id.and_then(|id| media_paths.get(&id).cloned()));
-        if path.as_deref().is_some_and(under_root) {
-            ours.push(ReviewEntry {
-                entry_id: entry.entry_id,
-                path,
-                kind: entry.kind,
-                reason_code: entry.reason_code,
-                detail: entry.detail,
-            });
+        if let Some(path) = path.filter(|path| under_root(path)) {
+            ours.push((entry, path));
         }
     }
     Ok(ours)
