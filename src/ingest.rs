@@ -9,6 +9,7 @@ use opledger_ingest::{ingest, IngestOptions, IngestProgress, IngestSummary, Stop
 use opledger_media::{generate_samples_with, SampleOptions};
 use opledger_store::Store;
 use serde_json::json;
+use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -208,23 +209,64 @@ fn print_summary(summary: &IngestSummary, as_json: bool) {
         println!("batch {batch_id} (opledger batch show {batch_id})");
     }
     print_skipped(&summary.skipped);
-    if !summary.review_entries.is_empty() {
-        println!(
-            "review queue ({}; opledger review list):",
-            plural(summary.review_entries.len(), "entry", "entries")
-        );
-        for entry in &summary.review_entries {
-            let detail = detail_without_path(entry.detail.as_deref().unwrap_or(""), entry.path.as_deref());
-            println!(
-                "  #{:<8} {:<16} {:<16} {}  {}",
-                entry.entry_id,
-                entry.reason_code,
-                entry.kind,
-                entry.path.as_deref().unwrap_or(""),
-                detail
-            );
-        }
+    print_review(&summary.review_entries);
+}
+
+/// The most review entries listed one by one; the rest are counted by
+/// reason (a folder of videos without ffmpeg has two entries a file).
+const REVIEW_SHOWN: usize = 20;
+
+fn print_review(entries: &[opledger_ingest::ReviewEntry]) {
+    for line in review_lines(entries) {
+        println!("{line}");
     }
+}
+
+/// The summary's review queue: the first entries one a line, the rest
+/// counted by reason code (and a block's reason, which many files share;
+/// a failure's error is its file's own).
+fn review_lines(entries: &[opledger_ingest::ReviewEntry]) -> Vec<String> {
+    if entries.is_empty() {
+        return Vec::new();
+    }
+    let mut lines = vec![format!(
+        "review queue ({}; opledger review list):",
+        plural(entries.len(), "entry", "entries")
+    )];
+    for entry in entries.iter().take(REVIEW_SHOWN) {
+        let detail = detail_without_path(entry.detail.as_deref().unwrap_or(""), entry.path.as_deref());
+        lines.push(format!(
+            "  #{:<8} {:<16} {:<16} {}  {}",
+            entry.entry_id,
+            entry.reason_code,
+            entry.kind,
+            entry.path.as_deref().unwrap_or(""),
+            detail
+        ));
+    }
+    if entries.len() > REVIEW_SHOWN {
+        let mut rest: BTreeMap<(&str, &str), usize> = BTreeMap::new();
+        for entry in &entries[REVIEW_SHOWN..] {
+            let reason = match entry.reason_code.as_str() {
+                "blocked" => entry.detail.as_deref().unwrap_or(""),
+                _ => "",
+            };
+            *rest.entry((entry.reason_code.as_str(), reason)).or_default() += 1;
+        }
+        let rest: Vec<String> = rest
+            .into_iter()
+            .map(|((code, reason), count)| match reason {
+                "" => format!("{count} {code}"),
+                reason => format!("{count} {code} ({reason})"),
+            })
+            .collect();
+        lines.push(format!(
+            "  … and {} more: {} (--json lists them all)",
+            entries.len() - REVIEW_SHOWN,
+            rest.join(", ")
+        ));
+    }
+    lines
 }
 
 /// A progress bar on a terminal: files settled of total, rate, ETA, failures.
@@ -334,4 +376,48 @@ pub fn sample_media(args: &SampleMediaArgs, as_json: bool) -> anyhow::Result<()>
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use opledger_ingest::ReviewEntry;
+
+    fn entry(entry_id: i64, reason_code: &str, detail: &str) -> ReviewEntry {
+        ReviewEntry {
+            entry_id,
+            path: Some(format!("/photos/{entry_id}.mp4")),
+            kind: "poster_frame".into(),
+            reason_code: reason_code.into(),
+            detail: Some(detail.into()),
+        }
+    }
+
+    #[test]
+    fn a_long_review_queue_lists_its_first_entries_and_counts_the_rest_by_reason() {
+        let mut entries: Vec<ReviewEntry> = (1..=2_000)
+            .map(|id| entry(id, "blocked", "ffmpeg not installed"))
+            .collect();
+        entries.push(entry(
+            2_001,
+            "failed_terminal",
+            "not a decodable image: /photos/2001.mp4",
+        ));
+        entries.push(entry(2_002, "failed_terminal", "truncated"));
+        let lines = review_lines(&entries);
+        assert_eq!(lines.len(), 1 + REVIEW_SHOWN + 1, "{lines:#?}");
+        assert_eq!(lines[0], "review queue (2002 entries; opledger review list):");
+        assert!(lines[1].starts_with("  #1 "), "{}", lines[1]);
+        assert_eq!(
+            lines[REVIEW_SHOWN + 1],
+            "  … and 1982 more: 1980 blocked (ffmpeg not installed), 2 failed_terminal (--json lists them all)"
+        );
+    }
+
+    #[test]
+    fn a_short_review_queue_lists_every_entry_and_an_empty_one_nothing() {
+        let entries: Vec<ReviewEntry> = (1..=3).map(|id| entry(id, "failed_terminal", "truncated")).collect();
+        assert_eq!(review_lines(&entries).len(), 4);
+        assert!(review_lines(&[]).is_empty());
+    }
 }
