@@ -494,17 +494,22 @@ fn a_videos_kinds_blocked_for_want_of_ffmpeg_run_in_the_first_ingest_that_has_it
     }
     let dir = tempfile::tempdir().unwrap();
     let photos = photos(dir.path());
-    // Enough clips that their tasks outlast a run that would not wait
-    // for them (every file is unchanged in the run that has ffmpeg).
-    let clips: Vec<PathBuf> = ["red", "green", "blue", "white", "black", "yellow", "cyan", "magenta"]
-        .iter()
-        .map(|color| {
-            let clip = photos.join(format!("{color}.mp4"));
+    // More clips than one image worker holds claims (32): their tasks
+    // outlast a run that would not wait for them, since every file is
+    // unchanged in the run that has ffmpeg and its pool stops claiming
+    // once the files are done.
+    let clips: Vec<PathBuf> = (0..20u32)
+        .map(|shade| {
+            let clip = photos.join(format!("clip-{shade}.mp4"));
             ffmpeg(&[
                 "-f",
                 "lavfi",
                 "-i",
-                &format!("color=c={color}:s=160x120:d=1:r=10"),
+                &format!(
+                    "color=c=0x{:02x}40{:02x}:s=160x120:d=1:r=10",
+                    shade * 12,
+                    255 - shade * 12
+                ),
                 "-c:v",
                 "mpeg4",
                 clip.to_str().unwrap(),
@@ -524,7 +529,10 @@ fn a_videos_kinds_blocked_for_want_of_ffmpeg_run_in_the_first_ingest_that_has_it
     }
 
     // ffmpeg on PATH: every file is unchanged, and the blocked kinds run.
-    let output = ingest_support::run_ingest(opledger(dir.path()), &[]);
+    let output = opledger(dir.path())
+        .args(["--json", "ingest", "photos", "--workers", "1"])
+        .output()
+        .unwrap();
     assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
     let summary: Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(count(&summary, "unchanged"), clips.len() as u64, "{summary}");
