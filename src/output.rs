@@ -123,6 +123,9 @@ pub fn status(report: &StatusReport, as_json: bool) {
                 format!("{}+", blocked.count)
             };
             println!("  {reason}: {count} ({})", blocked.kinds.join(", "));
+            if let Some(remedy) = remedy(reason) {
+                println!("    {remedy}");
+            }
         }
     }
     println!("{}", integrity_line(report.integrity.as_ref()));
@@ -136,6 +139,20 @@ pub fn status(report: &StatusReport, as_json: bool) {
 }
 
 /// When the log's integrity was last checked, and what was found.
+/// What clears a block whose reason the ingest itself gives: the next
+/// ingest retries such tasks once it has what they lacked.
+fn remedy(reason: &str) -> Option<&'static str> {
+    match reason {
+        opledger_media::NO_FFMPEG => {
+            Some("install ffmpeg (Debian: apt-get install ffmpeg) and run the ingest again: it retries them")
+        }
+        opledger_media::NO_HEIF_SUPPORT => {
+            Some("ingest again with a build that decodes HEIF (cargo build --release --features heif): it retries them")
+        }
+        _ => None,
+    }
+}
+
 fn integrity_line(check: Option<&IntegrityCheck>) -> String {
     let Some(check) = check else {
         return "log integrity: never checked (opledger replay --verify)".to_string();

@@ -327,14 +327,15 @@ fn without_ffmpeg_on_path_a_videos_kinds_are_blocked_with_the_reason_and_status_
         assert_eq!(item.status(kind), "blocked", "{kind}");
     }
 
-    // `status` names the reason once, with how many it blocks.
+    // `status` names the reason once, with how many it blocks and what
+    // clears it.
     let output = without_ffmpeg().arg("status").output().unwrap();
     assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
     let text = stdout(&output);
     assert_eq!(text.matches("ffmpeg not installed").count(), 1, "{text}");
     assert!(
-        text.contains("ffmpeg not installed: 4 (poster_frame, video_metadata)"),
-        "{text}"
+        text.contains("ffmpeg not installed: 4 (poster_frame, video_metadata)\n    install ffmpeg"),
+        "what clears the block follows it: {text}"
     );
     let status = ok_json(dir.path(), &["status"]);
     assert_eq!(status["blocked_by_reason"][0]["reason"], "ffmpeg not installed");
