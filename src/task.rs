@@ -5,6 +5,8 @@
 //! one recovery pass first) is checked here before that step, so a refused
 //! command appends nothing.
 
+mod answers;
+
 use crate::cli::{ClaimArgs, CompleteArgs, RequestArgs, ShowArgs, TaskCommand, TokenArgs};
 use crate::output;
 use crate::{OutputClosed, UsageError};
@@ -30,7 +32,7 @@ pub async fn run<S: Store>(engine: &Engine<S>, command: &TaskCommand, as_json: b
                     args.lease.map(|seconds| seconds * 1_000),
                 )
                 .await?;
-            output::heartbeat(&outcome, as_json);
+            answers::heartbeat(&outcome, as_json);
             Ok(())
         }
         TaskCommand::Progress(args) => {
@@ -42,7 +44,7 @@ pub async fn run<S: Store>(engine: &Engine<S>, command: &TaskCommand, as_json: b
             engine
                 .report_progress(&context(&args.claim), &fence(&args.claim), progress.clone())
                 .await?;
-            output::progress(&progress, as_json);
+            answers::progress(&progress, as_json);
             Ok(())
         }
         TaskCommand::Complete(args) => complete(engine, args, as_json).await,
@@ -50,7 +52,7 @@ pub async fn run<S: Store>(engine: &Engine<S>, command: &TaskCommand, as_json: b
             let outcome = engine
                 .fail_task(&context(&args.claim), &fence(&args.claim), &args.error, args.terminal)
                 .await?;
-            output::failed(&outcome, as_json);
+            answers::failed(&outcome, as_json);
             Ok(())
         }
         TaskCommand::Cancel(args) => {
@@ -58,12 +60,12 @@ pub async fn run<S: Store>(engine: &Engine<S>, command: &TaskCommand, as_json: b
             let outcome = engine
                 .cancel_task(&args.retry.context("cli"), args.operation_id, reason)
                 .await?;
-            output::cancelled(&outcome, as_json);
+            answers::cancelled(&outcome, as_json);
             Ok(())
         }
         TaskCommand::AckCancel(args) => {
             let outcome = engine.acknowledge_cancel(&context(args), &fence(args)).await?;
-            output::cancel_acknowledged(&outcome, as_json);
+            answers::cancel_acknowledged(&outcome, as_json);
             Ok(())
         }
         TaskCommand::Release(args) => {
@@ -71,7 +73,7 @@ pub async fn run<S: Store>(engine: &Engine<S>, command: &TaskCommand, as_json: b
             let outcome = engine
                 .release_task(&context(&args.claim), &fence(&args.claim), reason)
                 .await?;
-            output::released(&outcome, as_json);
+            answers::released(&outcome, as_json);
             Ok(())
         }
         TaskCommand::Show(args) => show(engine, args, as_json).await,
@@ -85,7 +87,7 @@ const UNDELIVERED: &str = "released: the claim's answer could not be written (it
 /// `opledger recover`.
 pub async fn recover<S: Store>(engine: &Engine<S>, as_json: bool) -> anyhow::Result<()> {
     let report = engine.recover(&CommandContext::actor(RECOVERY_ACTOR)).await?;
-    output::recovery(&report, as_json);
+    answers::recovery(&report, as_json);
     Ok(())
 }
 
@@ -140,7 +142,7 @@ async fn request<S: Store>(engine: &Engine<S>, args: &RequestArgs, as_json: bool
             },
         )
         .await?;
-    output::requested(&outcome, target, &args.kind, as_json);
+    answers::requested(&outcome, target, &args.kind, as_json);
     Ok(())
 }
 
@@ -172,7 +174,7 @@ async fn claim<S: Store>(engine: &Engine<S>, args: &ClaimArgs, as_json: bool) ->
             },
         )
         .await?;
-    output::claims(&claims, args.limit > 1, as_json);
+    answers::claims(&claims, args.limit > 1, as_json);
     if output::flush() {
         return Ok(());
     }
@@ -198,7 +200,7 @@ async fn complete<S: Store>(engine: &Engine<S>, args: &CompleteArgs, as_json: bo
     let outcome = engine
         .complete_task(&context(&args.claim), &fence(&args.claim), completion)
         .await?;
-    output::completed(&outcome, as_json);
+    answers::completed(&outcome, as_json);
     Ok(())
 }
 
@@ -220,6 +222,6 @@ async fn show<S: Store>(engine: &Engine<S>, args: &ShowArgs, as_json: bool) -> a
         }
     };
     let view = view.ok_or_else(|| EngineError::not_found("task", described))?;
-    output::task(&view, as_json);
+    answers::task(&view, as_json);
     Ok(())
 }
