@@ -563,3 +563,67 @@ fn a_videos_kinds_blocked_for_want_of_ffmpeg_run_in_the_first_ingest_that_has_it
     let summary: Value = serde_json::from_slice(&again.stdout).unwrap();
     assert_eq!(count(&summary, "tasks_run"), 0, "{summary}");
 }
+
+#[test]
+fn camera_raw_photos_get_metadata_a_thumbnail_and_a_hash_from_their_embedded_preview() {
+    use opledger_media::raw_samples;
+    let dir = tempfile::tempdir().unwrap();
+    let photos = photos(dir.path());
+    // The preview as the sensor saw it (800 × 600); the RAWs' orientation
+    // 6 displays it 600 × 800.
+    let stored = image::RgbImage::from_fn(800, 600, |x, y| image::Rgb([(x / 4) as u8, (y / 3) as u8, 120]));
+    let mut preview = Vec::new();
+    image::DynamicImage::ImageRgb8(stored)
+        .write_to(&mut std::io::Cursor::new(&mut preview), image::ImageFormat::Jpeg)
+        .unwrap();
+    let raws = [
+        (
+            "DSC_0001.NEF",
+            raw_samples::tiff_raw(&preview, "NIKON CORPORATION", 6, false),
+            "nef",
+        ),
+        ("IMG_0001.CR2", raw_samples::tiff_raw(&preview, "Canon", 6, true), "cr2"),
+    ];
+    for (name, bytes, _) in &raws {
+        std::fs::write(photos.join(name), bytes).unwrap();
+    }
+    let summary = ingest(dir.path(), &[]);
+    assert_eq!(
+        (count(&summary, "files"), count(&summary, "failed")),
+        (2, 0),
+        "{summary}"
+    );
+    assert_eq!(summary["review_entries"], json!([]), "{summary}");
+    for (name, _, format) in &raws {
+        let item = Item::read(dir.path(), &photos.join(name));
+        assert_eq!(item.media_kind, "image", "{name}");
+        for kind in IMAGE_KINDS {
+            assert_eq!(item.status(kind), "succeeded", "{name} {kind}: {}", item.task(kind));
+        }
+        let metadata = &item.task("metadata")["output"];
+        assert_eq!(
+            (
+                metadata["format"].as_str(),
+                metadata["width"].as_u64(),
+                metadata["height"].as_u64()
+            ),
+            (Some(*format), Some(600), Some(800)),
+            "{name}: {metadata}"
+        );
+        let thumbnail = &item.task("thumbnail")["output"];
+        assert_eq!(
+            (thumbnail["width"].as_u64(), thumbnail["height"].as_u64()),
+            (Some(192), Some(256)),
+            "{name}"
+        );
+        let written = image::open(thumbnail["path"].as_str().unwrap()).unwrap();
+        assert_eq!(
+            (written.width(), written.height()),
+            (192, 256),
+            "{name}: the file upright"
+        );
+    }
+    let nef = Item::read(dir.path(), &photos.join("DSC_0001.NEF"));
+    assert_eq!(nef.task("metadata")["output"]["exif"]["make"], "NIKON CORPORATION");
+    verify(dir.path());
+}

@@ -57,6 +57,12 @@ pub struct Classified {
 }
 
 impl Classified {
+    /// Whether it may be a camera RAW: a RAW's header names it, or it is a
+    /// TIFF (whose IFDs tell a RAW from an ordinary picture).
+    pub fn may_be_raw(&self) -> bool {
+        self.kind == MediaKind::Image && matches!(self.format, Some("tif" | "cr2" | "orf" | "rw2" | "raf"))
+    }
+
     /// Whether decoding it needs libheif (HEIF/HEIC and AVIF photos).
     pub fn needs_heif(&self) -> bool {
         self.kind == MediaKind::Image && matches!(self.format, Some("heif" | "avif"))
@@ -65,12 +71,22 @@ impl Classified {
 
 /// Names that say *image*: the fallback for bytes no format claims.
 const IMAGE_EXTENSIONS: &[&str] = &[
-    "jpg", "jpeg", "jpe", "png", "gif", "webp", "tif", "tiff", "heic", "heif", "avif", "bmp",
+    "jpg", "jpeg", "jpe", "png", "gif", "webp", "tif", "tiff", "heic", "heif", "avif", "bmp", "cr2", "cr3", "nef",
+    "nrw", "arw", "dng", "orf", "rw2", "raf", "pef", "srw",
 ];
 
 /// Classifies `head`, the first bytes of the file called `name` (at least
 /// [`SNIFF_BYTES`] of them when the file has that many).
 pub fn classify_bytes(head: &[u8], name: &Path) -> Classified {
+    // Camera RAWs whose headers are their own (not every one is known to
+    // the sniffer).
+    if let Some(format) = crate::raw::raw_magic(head) {
+        return Classified {
+            kind: MediaKind::Image,
+            format: Some(format),
+            mime: Some("image/x-raw"),
+        };
+    }
     if let Some(found) = infer::get(head) {
         let kind = match found.matcher_type() {
             infer::MatcherType::Image => MediaKind::Image,

@@ -113,6 +113,20 @@ pub fn image_metadata(bytes: &[u8]) -> Result<ImageMetadata, MediaError> {
             byte_size: bytes.len() as u64,
         });
     }
+    if let Some(raw) = crate::raw::preview(bytes) {
+        // The preview's own EXIF block turns it when the RAW's does not.
+        let (width, height) = match raw.orientation {
+            Some(orientation) => oriented(raw.size, orientation),
+            None => header_dimensions(ImageReader::with_format(Cursor::new(raw.jpeg), ImageFormat::Jpeg))
+                .map_err(not_an_image)?,
+        };
+        return Ok(ImageMetadata {
+            format: raw.format,
+            width,
+            height,
+            byte_size: bytes.len() as u64,
+        });
+    }
     let (reader, format) = reader(bytes)?;
     let (width, height) = header_dimensions(reader).map_err(not_an_image)?;
     Ok(ImageMetadata {
@@ -128,6 +142,12 @@ pub fn read_metadata(path: &Path) -> Result<ImageMetadata, MediaError> {
     #[cfg(feature = "heif")]
     if crate::classify::classify_file(path)?.needs_heif() {
         // The container's boxes may sit anywhere in the file: read it whole.
+        let bytes = std::fs::read(path).map_err(|source| MediaError::io("reading", path, source))?;
+        return image_metadata(&bytes);
+    }
+    if crate::classify::classify_file(path)?.may_be_raw() {
+        // A RAW's preview may sit anywhere in the file, and a TIFF is told
+        // from a RAW only by its IFDs: read it whole.
         let bytes = std::fs::read(path).map_err(|source| MediaError::io("reading", path, source))?;
         return image_metadata(&bytes);
     }

@@ -14,7 +14,9 @@
 //! processes with a time limit, when they are installed ([`Ffmpeg`]);
 //! audio gets `audio_metadata` in pure Rust ([`audio_facts`]). HEIF/HEIC
 //! and AVIF photos are images of their own formats, decoded only in a
-//! build with the `heif` feature ([`HEIF_SUPPORT`]).
+//! build with the `heif` feature ([`HEIF_SUPPORT`]). Camera RAW photos
+//! (CR2, NEF, ARW, DNG, ORF, RW2, PEF, RAF) are read through the largest
+//! JPEG preview they embed (`raw.rs`).
 //!
 //! It knows image formats and files, and must not know SQL, a store backend
 //! or the engine's commands: the worker tasks see only a
@@ -62,6 +64,7 @@ mod jpeg;
 mod jpeg_scaled;
 mod jpeg_scan;
 pub mod paths;
+mod raw;
 pub mod samples;
 pub mod settle;
 pub mod tasks;
@@ -104,6 +107,9 @@ pub use image_ops::{
     ThumbnailFormat,
 };
 pub use paths::{path_text, text_path};
+/// Synthetic camera RAWs for tests.
+#[doc(hidden)]
+pub use raw::synthetic as raw_samples;
 pub use samples::{generate_samples, generate_samples_with, SampleOptions, SampleSet};
 pub use settle::{file_state, is_settled, FileState, SettleClock, SettleError, Settled, Settler, SystemSettleClock};
 pub use tasks::{

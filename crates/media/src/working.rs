@@ -88,6 +88,16 @@ pub fn decode_working(bytes: &[u8], limits: &DecodeLimits, side: u32) -> Result<
             image::metadata::Orientation::NoTransforms,
         ));
     }
+    if let Some(raw) = crate::raw::preview(bytes) {
+        let reduced = crate::jpeg_scaled::decode_reduced(raw.jpeg, limits, side)?;
+        let orientation = raw.orientation.unwrap_or(reduced.orientation);
+        let mut working = fitted(bytes, raw.format, reduced.image, side, orientation);
+        (working.width, working.height) = oriented(reduced.stored, orientation);
+        if working.camera.is_none() {
+            working.camera = camera_facts(raw.jpeg);
+        }
+        return Ok(working);
+    }
     let (reader, format) = reader(bytes)?;
     let (image, orientation, stored) = match format {
         ImageFormat::Jpeg => {

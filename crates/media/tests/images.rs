@@ -434,3 +434,93 @@ fn a_tiff_gives_metadata_a_thumbnail_and_a_hash() {
         "a TIFF cut in half is not an image"
     );
 }
+
+#[test]
+fn a_camera_raw_is_read_through_its_preview_upright_with_its_camera_facts() {
+    use image::codecs::jpeg::JpegEncoder;
+    use opledger_media::{classify_file, decode_working, raw_samples, DecodeLimits, MediaKind, DEFAULT_WORKING_SIDE};
+    // The preview as the sensor saw it: 800 × 600, red left half, blue
+    // right half. The RAW's orientation 6 displays it 600 × 800, red on top.
+    let stored = RgbImage::from_fn(800, 600, |x, y| {
+        if x < 400 {
+            Rgb([230, 20, (y / 3) as u8])
+        } else {
+            Rgb([20, 30, 230])
+        }
+    });
+    let upright = DynamicImage::ImageRgb8(stored.clone()).rotate90();
+    let encode = |exif: Option<Vec<u8>>| {
+        let mut bytes = Vec::new();
+        let mut encoder = JpegEncoder::new_with_quality(&mut bytes, 90);
+        if let Some(exif) = exif {
+            image::ImageEncoder::set_exif_metadata(&mut encoder, exif).unwrap();
+        }
+        DynamicImage::ImageRgb8(stored.clone())
+            .write_with_encoder(encoder)
+            .unwrap();
+        bytes
+    };
+    let preview = encode(None);
+    let folder = tempfile::tempdir().unwrap();
+    let raws = [
+        (
+            "DSC_0001.NEF",
+            raw_samples::tiff_raw(&preview, "NIKON CORPORATION", 6, false),
+            "nef",
+            Some("NIKON CORPORATION"),
+        ),
+        (
+            "IMG_0001.CR2",
+            raw_samples::tiff_raw(&preview, "Canon", 6, true),
+            "cr2",
+            Some("Canon"),
+        ),
+        // A RAF's preview carries the orientation in its own EXIF block.
+        (
+            "DSCF0001.RAF",
+            raw_samples::raf(&encode(Some(exif_orientation(6)))),
+            "raf",
+            None,
+        ),
+    ];
+    for (name, bytes, format, make) in &raws {
+        let header = image_metadata(bytes).unwrap();
+        assert_eq!(
+            (header.format, header.width, header.height),
+            (*format, 600, 800),
+            "{name}"
+        );
+        let path = folder.path().join(name);
+        std::fs::write(&path, bytes).unwrap();
+        assert_eq!(read_metadata(&path).unwrap(), header, "{name}");
+        assert_eq!(classify_file(&path).unwrap().kind, MediaKind::Image, "{name}");
+
+        let working = decode_working(bytes, &DecodeLimits::default(), DEFAULT_WORKING_SIDE).unwrap();
+        assert_eq!(
+            (working.format, working.width, working.height),
+            (*format, 600, 800),
+            "{name}"
+        );
+        let image = working.image.to_rgb8();
+        let (width, height) = image.dimensions();
+        assert!(height > width, "{name}: upright {width} × {height}");
+        assert!(image.get_pixel(width / 2, height / 8).0[0] > 180, "{name}: red on top");
+        assert!(
+            image.get_pixel(width / 2, height * 7 / 8).0[2] > 180,
+            "{name}: blue below"
+        );
+        assert!(
+            dhash(&working.image).distance(dhash(&upright)) <= 2,
+            "{name}: the hash of the upright picture"
+        );
+        assert_eq!(working.thumbnail(256).unwrap().dimensions(), (192, 256), "{name}");
+        let found = working.camera.as_ref().and_then(|camera| camera.make.as_deref());
+        assert_eq!(found, *make, "{name}: the RAW's own EXIF");
+        // A RAW whose preview is cut off is refused, not read as a TIFF.
+        let cut = &bytes[..bytes.len() - preview.len() / 2 - 600];
+        assert!(
+            decode_working(cut, &DecodeLimits::default(), DEFAULT_WORKING_SIDE).is_err(),
+            "{name}"
+        );
+    }
+}
