@@ -14,8 +14,8 @@ use futures::StreamExt;
 use opledger_domain::{IngestionStage, MediaId, OperationId};
 use opledger_engine::{CommandContext, Engine, FileObservation, IngestionClaim, Registration};
 use opledger_media::{
-    classify_file, hash_file, read_metadata, text_path, MediaError, MediaKind, Settler, IMAGE_KINDS, NO_FFMPEG,
-    NO_HEIF_SUPPORT, VIDEO_KINDS,
+    classify_file, hash_file, read_classified_metadata, text_path, MediaError, MediaKind, Settler, IMAGE_KINDS,
+    NO_FFMPEG, NO_HEIF_SUPPORT, VIDEO_KINDS,
 };
 use opledger_store::Store;
 use opledger_worker::ComputeThreads;
@@ -421,7 +421,7 @@ fn read_file(path: &Path, tools: Tools) -> Result<FileRead, String> {
             json!({"format": classified.format}),
             unavailable(IMAGE_KINDS, NO_HEIF_SUPPORT),
         ),
-        MediaKind::Image => match read_metadata(path) {
+        MediaKind::Image => match read_classified_metadata(path, &classified) {
             Ok(metadata) => (
                 json!({"format": metadata.format, "width": metadata.width, "height": metadata.height}),
                 BTreeMap::new(),

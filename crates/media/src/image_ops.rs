@@ -3,6 +3,7 @@
 //! TIFF).
 //! Decoding every pixel, under limits, is [`mod@crate::decode`]'s.
 
+use crate::classify::Classified;
 use crate::error::MediaError;
 use image::codecs::jpeg::JpegEncoder;
 use image::codecs::png::{CompressionType, FilterType as PngFilter, PngEncoder};
@@ -139,15 +140,16 @@ pub fn image_metadata(bytes: &[u8]) -> Result<ImageMetadata, MediaError> {
 
 /// [`image_metadata`] of a file, reading only as far as its header.
 pub fn read_metadata(path: &Path) -> Result<ImageMetadata, MediaError> {
-    #[cfg(feature = "heif")]
-    if crate::classify::classify_file(path)?.needs_heif() {
-        // The container's boxes may sit anywhere in the file: read it whole.
-        let bytes = std::fs::read(path).map_err(|source| MediaError::io("reading", path, source))?;
-        return image_metadata(&bytes);
-    }
-    if crate::classify::classify_file(path)?.may_be_raw() {
-        // A RAW's preview may sit anywhere in the file, and a TIFF is told
-        // from a RAW only by its IFDs: read it whole.
+    read_classified_metadata(path, &crate::classify::classify_file(path)?)
+}
+
+/// [`read_metadata`] of a file its caller has classified already, so its
+/// head is not read a second time to tell the formats read whole.
+pub fn read_classified_metadata(path: &Path, classified: &Classified) -> Result<ImageMetadata, MediaError> {
+    // A HEIF container's boxes and a RAW's preview may sit anywhere in the
+    // file, and a TIFF is told from a RAW only by its IFDs: such files are
+    // read whole.
+    if (cfg!(feature = "heif") && classified.needs_heif()) || classified.may_be_raw() {
         let bytes = std::fs::read(path).map_err(|source| MediaError::io("reading", path, source))?;
         return image_metadata(&bytes);
     }

@@ -103,8 +103,8 @@ pub use dhash::{dhash, hamming_distance, DHash, DHASH_ALGORITHM};
 pub use error::MediaError;
 pub use hash::{hash_file, hash_reader, sha256_hex, ContentHash, DIGEST_PREFIX};
 pub use image_ops::{
-    encode_image, format_name, image_metadata, read_metadata, shrink, thumbnail, thumbnail_size, ImageMetadata,
-    ThumbnailFormat,
+    encode_image, format_name, image_metadata, read_classified_metadata, read_metadata, shrink, thumbnail,
+    thumbnail_size, ImageMetadata, ThumbnailFormat,
 };
 pub use paths::{path_text, text_path};
 /// Synthetic camera RAWs for tests.
