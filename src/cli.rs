@@ -15,9 +15,16 @@ pub struct Cli {
     pub database_url: String,
 
     /// The most bytes a text flag takes (`--error`, `--reason`, `--output`, `--no-result`);
-    /// longer ones are refused and nothing is recorded.
+    /// longer ones are refused and nothing is recorded. `serve` holds every
+    /// text of a request body, and every output, to the same bound.
     #[arg(long, global = true, env = "OPLEDGER_MAX_TEXT_BYTES", default_value_t = crate::limits::DEFAULT_MAX_TEXT_BYTES, value_name = "BYTES")]
     pub max_text_bytes: usize,
+
+    /// The most task kinds the catalogue may hold (`kinds apply` and the
+    /// HTTP service refuse a declaration past it).
+    #[arg(long, global = true, env = "OPLEDGER_MAX_KINDS", default_value_t = opledger_engine::DEFAULT_MAX_KINDS,
+          value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1_000_000))]
+    pub max_kinds: usize,
 
     /// Print machine-readable JSON instead of text.
     #[arg(long, global = true)]
@@ -181,6 +188,31 @@ pub struct ServeArgs {
     /// supervisors of this ledger share.
     #[command(flatten)]
     pub artifacts: crate::supervise::DirArgs,
+    /// A directory worker-reported output files (thumbnails) may be served
+    /// from, besides `thumbnails/` beside the database, which the reference
+    /// pipeline writes (repeatable). A recorded path that resolves, links
+    /// followed, anywhere else is never served.
+    #[arg(long = "outputs-dir", value_name = "DIR")]
+    pub outputs_dirs: Vec<std::path::PathBuf>,
+    /// The largest output file served, in bytes (a larger one is 404).
+    #[arg(long, value_name = "BYTES", default_value_t = opledger_http::DEFAULT_MAX_FILE_BYTES)]
+    pub max_file_bytes: u64,
+    /// Seconds a client has to send a request's headers, from connecting or
+    /// from the end of its previous response (so also how long an idle
+    /// connection is kept); a slower one is disconnected.
+    #[arg(long, value_name = "SECONDS", value_parser = interval_seconds, default_value = "10")]
+    pub header_timeout: std::time::Duration,
+    /// Seconds a client has to send a request's body once its headers came
+    /// (a slower one is answered 408).
+    #[arg(long, value_name = "SECONDS", value_parser = interval_seconds, default_value = "30")]
+    pub body_timeout: std::time::Duration,
+    /// Connections served at once; one more is answered 503 and closed.
+    #[arg(long, value_name = "N", default_value_t = 1024,
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub max_connections: u32,
+    /// Seconds shutdown waits for requests in flight before dropping them.
+    #[arg(long, value_name = "SECONDS", value_parser = interval_seconds, default_value = "10")]
+    pub shutdown_grace: std::time::Duration,
 }
 
 #[derive(Debug, Subcommand)]

@@ -33,6 +33,15 @@ fn database_dir(database_url: &str) -> (PathBuf, Option<PathBuf>) {
     (dir, Some(file))
 }
 
+/// Where the reference pipeline writes thumbnails: `thumbnails/` beside
+/// the SQLite database (in the current folder for PostgreSQL). Absolute,
+/// because the paths are recorded in the ledger and must name the same file
+/// whatever folder a later command runs in; `serve` serves files from it.
+pub fn thumbnails_dir(database_url: &str) -> PathBuf {
+    let (dir, _) = database_dir(database_url);
+    std::fs::canonicalize(&dir).unwrap_or(dir).join("thumbnails")
+}
+
 /// The folder to ingest must exist: checked before the store is opened,
 /// so a mistyped folder leaves no database behind.
 pub fn check_folder(args: &IngestArgs) -> Result<(), UsageError> {
@@ -59,11 +68,8 @@ pub async fn run<S: Store>(
     if args.workers == Some(0) {
         return Err(UsageError("--workers must be at least 1".into()).into());
     }
-    let (dir, database_file) = database_dir(database_url);
-    // Thumbnail paths are recorded in the ledger: absolute, so they name the
-    // same file whatever folder a later command runs in.
-    let dir = std::fs::canonicalize(&dir).unwrap_or(dir);
-    let mut options = IngestOptions::new(&args.dir, dir.join("thumbnails"));
+    let (_, database_file) = database_dir(database_url);
+    let mut options = IngestOptions::new(&args.dir, thumbnails_dir(database_url));
     options.batch_name = args.batch_name.clone();
     if let Some(workers) = args.workers {
         options.workers = workers;

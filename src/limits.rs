@@ -44,8 +44,27 @@ pub fn check(cli: &mut Cli) -> Result<(), UsageError> {
         if text.len() > bound {
             return Err(too_long(flag, &format!("{} bytes", text.len()), bound));
         }
+        // A JSON `--output` may spell one as \u0000: refused as the
+        // service refuses it.
+        let in_json = flag.starts_with("--output")
+            && serde_json::from_str::<serde_json::Value>(text).is_ok_and(|value| holds_nul(&value));
+        if text.contains('\0') || in_json {
+            return Err(UsageError(format!(
+                "{flag} holds a NUL character (nothing was recorded)"
+            )));
+        }
     }
     Ok(())
+}
+
+/// Whether a key or string anywhere in `value` holds a NUL character.
+fn holds_nul(value: &serde_json::Value) -> bool {
+    match value {
+        serde_json::Value::String(text) => text.contains('\0'),
+        serde_json::Value::Array(items) => items.iter().any(holds_nul),
+        serde_json::Value::Object(fields) => fields.iter().any(|(key, field)| key.contains('\0') || holds_nul(field)),
+        _ => false,
+    }
 }
 
 fn too_long(flag: &str, length: &str, bound: usize) -> UsageError {

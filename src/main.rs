@@ -232,6 +232,9 @@ fn exit_code(error: &anyhow::Error) -> u8 {
     if error.downcast_ref::<UsageError>().is_some() {
         return 2;
     }
+    if let Some(opledger_supervise::SuperviseError::Gone(_)) = error.downcast_ref() {
+        return 4;
+    }
     let engine_error = error
         .chain()
         .find_map(|cause| {
@@ -304,13 +307,13 @@ async fn run(cli: Cli) -> anyhow::Result<Outcome> {
                     let store = PostgresStore::open(*config)
                         .await
                         .with_context(|| format!("opening {described}"))?;
-                    serve::serve(store, args, tokens, artifacts).await?;
+                    serve::serve(store, args, tokens, artifacts, &cli).await?;
                 }
                 Database::Sqlite(config) => {
                     let store = SqliteStore::open(config)
                         .await
                         .with_context(|| format!("opening {}", quoted(&cli.database_url)))?;
-                    serve::serve(store, args, tokens, artifacts).await?;
+                    serve::serve(store, args, tokens, artifacts, &cli).await?;
                 }
             }
             return Ok(Outcome::Ok);
@@ -436,7 +439,8 @@ async fn dispatch<S: Store>(store: S, cli: &Cli) -> anyhow::Result<Outcome> {
         check_readable(&engine).await?;
         engine
     } else {
-        let (engine, startup) = Engine::open(store).await.context("starting up")?;
+        let engine = Engine::new(store).with_max_kinds(cli.max_kinds);
+        let startup = engine.startup().await.context("starting up")?;
         for (name, from, to, events) in &startup.rebuilt {
             tracing::info!(projection = name, from, to, events, "projection rebuilt");
         }

@@ -2,11 +2,11 @@
 //! HTTP service — flags, the listener, signals, the tokens file. The
 //! service itself is `opledger_http`.
 
-use crate::cli::{ServeArgs, TokenNewArgs};
+use crate::cli::{Cli, ServeArgs, TokenNewArgs};
 use crate::UsageError;
 use anyhow::Context;
 use opledger_engine::Engine;
-use opledger_http::{App, Role, ServiceConfig, Tokens};
+use opledger_http::{App, ConnectionLimits, Outputs, Role, ServiceConfig, Tokens};
 use opledger_store::Store;
 use opledger_supervise::ArtifactDir;
 use std::io::Write;
@@ -37,9 +37,20 @@ pub async fn serve<S: Store>(
     args: &ServeArgs,
     tokens: Tokens,
     artifact_dir: Option<ArtifactDir>,
+    cli: &Cli,
 ) -> anyhow::Result<()> {
+    let database_url = cli.database_url.as_str();
+    let roots = std::iter::once(crate::ingest::thumbnails_dir(database_url)).chain(args.outputs_dirs.iter().cloned());
     let config = ServiceConfig {
         artifact_dir,
+        outputs: Outputs::new(roots, args.max_file_bytes),
+        connections: ConnectionLimits {
+            header_timeout: args.header_timeout,
+            max_connections: args.max_connections as usize,
+            shutdown_grace: args.shutdown_grace,
+        },
+        body_timeout: args.body_timeout,
+        max_text_bytes: cli.max_text_bytes,
         tokens,
         allow_anonymous_read: args.allow_anonymous_read,
         body_limit: usize::try_from(args.body_limit).unwrap_or(usize::MAX),
@@ -55,7 +66,7 @@ pub async fn serve<S: Store>(
     let address = listener.local_addr().context("reading the bound address")?;
     println!("opledger serving on http://{address}");
     crate::output::flush();
-    let app = App::new(Engine::new(store), config);
+    let app = App::new(Engine::new(store).with_max_kinds(cli.max_kinds), config);
     opledger_http::serve(app, listener, shutdown_signal()).await?;
     Ok(())
 }

@@ -6,8 +6,8 @@
 use crate::{Database, UsageError};
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use opledger_domain::{BatchId, DomainError};
-use opledger_engine::{CommandContext, Engine, EngineError};
+use opledger_domain::BatchId;
+use opledger_engine::{CommandContext, Engine};
 use opledger_store::Store;
 use opledger_supervise::export::child::{run_child, ChildArgs, ChildEnd};
 use opledger_supervise::export::{ExportSpec, Format, What};
@@ -169,10 +169,8 @@ fn into_anyhow(error: SuperviseError) -> anyhow::Error {
     match error {
         SuperviseError::Engine(error) => anyhow::Error::new(error),
         SuperviseError::Token(message) => UsageError(message).into(),
-        SuperviseError::Gone(message) => anyhow::Error::new(EngineError::Domain(DomainError::NotFound {
-            what: "artifact",
-            id: message,
-        })),
+        // Said as it is ("the artifact of export … expired"); `exit_code`
+        // reads it as not found.
         other => anyhow::Error::new(other),
     }
 }

@@ -171,6 +171,7 @@ async fn claim<S: Store>(engine: &Engine<S>, args: &ClaimArgs, as_json: bool) ->
                 worker: args.worker.clone(),
                 lease_ms: args.lease * 1_000,
                 limit: args.limit,
+                principal: None,
             },
         )
         .await?;

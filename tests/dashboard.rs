@@ -27,6 +27,8 @@ use std::time::{Duration, Instant};
 /// A payload that sets `window.__pwned` if it ever runs.
 const SCRIPT_PAYLOAD: &str = "<script>window.__pwned=1</script>";
 const IMG_PAYLOAD: &str = "<img src=x onerror=window.__pwned=1>";
+/// A right-to-left override: shown raw, "/adv/\u{202E}evil" reads "/adv/live".
+const BIDI_PAYLOAD: &str = "/adv/\u{202E}evil";
 /// Media items in the batch: one task fails for good, the rest a CLI worker
 /// completes while the page watches.
 const ITEMS: usize = 16;
@@ -155,13 +157,14 @@ fn the_dashboard_shows_live_progress_resolves_a_review_entry_and_runs_no_payload
         ],
     );
     let token = claimed["claim_token"].as_str().expect("a claim");
+    let error = format!("{IMG_PAYLOAD} {BIDI_PAYLOAD}");
     assert_exit(
         &run(binary().args([
             "task",
             "fail",
             token,
             "--error",
-            IMG_PAYLOAD,
+            &error,
             "--terminal",
             "--database-url",
             &url,
@@ -417,6 +420,22 @@ async fn drive(client: &fantoccini::Client, base: &str, admin: &str, batch_id: &
     assert!(
         shown.as_str().unwrap_or("").contains(IMG_PAYLOAD),
         "the error shows as text: {shown}"
+    );
+    // The override is shown as a visible mark inside an isolated span,
+    // never obeyed.
+    assert!(
+        shown.as_str().unwrap_or("").contains("/adv/<U+202E>evil")
+            && !shown.as_str().unwrap_or("").contains('\u{202E}'),
+        "a bidirectional control shows as a mark: {shown}"
+    );
+    assert_eq!(
+        eval(
+            client,
+            "return [...document.querySelectorAll('#review-list bdi')].some((b) => b.textContent.includes('<U+202E>'))"
+        )
+        .await,
+        json!(true),
+        "the text holding it is isolated in a <bdi>"
     );
     click(client, "#review-list button[data-action=retry]").await;
     until(

@@ -128,6 +128,49 @@ fn an_expired_artifact_is_swept_and_its_download_refused() {
         .command()
         .args(["export", "download", &token, "--out", "/dev/null"]));
     assert_exit(&output, 4);
+    let said = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        said.contains("the artifact of export") && said.contains("expired") && !said.contains("not found"),
+        "the refusal reads as one sentence: {said}"
+    );
+}
+
+/// Supervisors started with different expiry limits share one directory:
+/// each artifact lives until the expiry its job recorded, whoever sweeps.
+#[test]
+fn a_supervisor_with_a_shorter_expiry_keeps_other_jobs_artifacts_until_their_recorded_expiry() {
+    let ledger = Ledger::new(5, 0);
+    let mut long = ledger.supervise(&["--name", "long"], &[]);
+    let (token, _, _) = ledger.create(&["--what", "operations", "--format", "csv"]);
+    let done = ledger.wait_status(&token, "succeeded", Duration::from_secs(15));
+    long.kill();
+    let artifact = ledger.files_in("files");
+    assert_eq!(artifact.len(), 1, "{done}");
+    // Both files look an hour old; only the one no job records may go.
+    let hour_ago = std::time::SystemTime::now() - Duration::from_secs(3_600);
+    let orphan = artifact[0].with_file_name("orphan.csv");
+    std::fs::write(&orphan, b"left by nobody").unwrap();
+    for file in [&artifact[0], &orphan] {
+        std::fs::File::options()
+            .write(true)
+            .open(file)
+            .unwrap()
+            .set_modified(hour_ago)
+            .unwrap();
+    }
+    let _short = ledger.supervise(&["--name", "short", "--expiry-secs", "1", "--patrol-secs", "1"], &[]);
+    wait_for(
+        "the short supervisor's patrol to sweep the orphan",
+        Duration::from_secs(20),
+        || !orphan.exists(),
+    );
+    assert!(
+        artifact[0].exists(),
+        "the job's artifact is kept until its recorded expiry"
+    );
+    let status = ledger.status(&token);
+    assert_eq!(status["expired"], false, "{status}");
+    assert!(!ledger.download(&token).is_empty());
 }
 
 #[test]

@@ -132,7 +132,15 @@ async fn run_history(backend: &str, url: &str) {
             continue;
         }
         let victim = candidates[dice.below(candidates.len() as u64) as usize];
-        if dice.below(5) < 3 {
+        // The first fault is a pause and the second a kill, so that a run
+        // short enough for a handful of faults still has both; then three
+        // kills in five.
+        let kill = match (pauses, kills) {
+            (0, _) => false,
+            (_, 0) => true,
+            _ => dice.below(5) < 3,
+        };
+        if kill {
             let mut dead = workers.swap_remove(victim);
             dead.child.kill().expect("SIGKILL a worker");
             let _ = dead.child.wait();

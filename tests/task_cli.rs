@@ -238,7 +238,11 @@ fn a_shell_worker_drives_a_task_through_request_claim_heartbeat_progress_complet
     // Progress is visible from another process while the task runs.
     let running = ledger.show(&operation_id);
     assert_eq!(running["status"], "leased", "{running:#}");
-    assert_eq!(text(&running["claim_token"]), token);
+    // A reading command shows the claim by its fingerprint only.
+    assert_eq!(
+        text(&running["claim_token"]),
+        opledger_domain::claims::fingerprint(&token)
+    );
     assert_eq!(running["progress"]["phase"], "resizing", "{running:#}");
     assert_eq!(running["progress"]["processed"], 1, "{running:#}");
     assert_eq!(running["progress"]["total"], 2, "{running:#}");
@@ -826,7 +830,11 @@ fn restart_after_sigkill_restores_states_and_recovery_interrupts_dead_claims() {
         assert_eq!(keys(claim), sorted(&CLAIM_KEYS), "{claim}");
         let state = ledger.show(&text(&claim["operation_id"]));
         assert_eq!(state["status"], "leased", "{state:#}");
-        assert_eq!(state["claim_token"], claim["claim_token"], "{state:#}");
+        assert_eq!(
+            text(&state["claim_token"]),
+            opledger_domain::claims::fingerprint(&text(&claim["claim_token"])),
+            "{state:#}"
+        );
         assert_eq!(state["worker"], "doomed", "{state:#}");
         assert_eq!(state["lease_expires_at"], claim["lease_expires_at"], "{state:#}");
     }
@@ -883,7 +891,11 @@ fn restart_after_sigkill_restores_states_and_recovery_interrupts_dead_claims() {
             .find(|state| state["operation_id"] == claim["operation_id"])
             .expect("the claimed task exists");
         assert_eq!(state["status"], "leased", "{state:#}");
-        assert_eq!(state["claim_token"], claim["claim_token"], "{state:#}");
+        assert_eq!(
+            text(&state["claim_token"]),
+            opledger_domain::claims::fingerprint(&text(&claim["claim_token"])),
+            "{state:#}"
+        );
         assert_eq!(state["worker"], "looper");
     }
     // The kill may land after a claim committed and before it was written out.
@@ -1160,11 +1172,11 @@ fn a_region_task_is_requested_shown_and_claimed_by_region_id() {
         "complete",
         &text(&claim["claim_token"]),
         "--output",
-        "[0.1, 0.2]",
+        r#"{"embedding": [0.1, 0.2]}"#,
     ]);
     let state = ledger.ok(&["task", "show", "--region", &region, "--kind", "crop_embedding"]);
     assert_eq!(state["status"], "succeeded", "{state:#}");
-    assert_eq!(state["output"], json!([0.1, 0.2]));
+    assert_eq!(state["output"], json!({"embedding": [0.1, 0.2]}));
     ledger.assert_replay_verifies();
 }
 
@@ -1203,7 +1215,12 @@ fn without_json_each_command_prints_a_short_readable_line() {
         .expect("the line names the token");
     assert!(line(&["task", "heartbeat", token]).contains("lease held until"));
     let shown = line(&["task", "show", "--media", &media, "--kind", "thumbnail"]);
-    assert!(shown.contains("leased") && shown.contains(token), "{shown}");
+    assert!(
+        shown.contains("leased")
+            && shown.contains(&opledger_domain::claims::fingerprint(token))
+            && !shown.contains(token),
+        "{shown}"
+    );
     assert!(line(&["task", "complete", token]).contains("succeeded"));
     assert!(line(&["recover"]).contains("0 expired claim"));
 }

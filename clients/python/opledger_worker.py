@@ -259,7 +259,7 @@ class Task:
 class Worker:
     """Runs `handler(task)` for each claimed task of `kinds`.
 
-    The handler returns the output (any JSON value), raises `NoResult(reason)`
+    The handler returns the output (a JSON object: a dict), raises `NoResult(reason)`
     when it found nothing to produce, raises `Cancelled` (or returns) once
     `task.cancelled`, and raises anything else to fail the task (retried as
     the kind declares; `terminal_errors` lists exception types that fail it

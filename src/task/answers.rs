@@ -2,6 +2,7 @@
 //! `opledger recover`): text for people, JSON (`--json`) for programs.
 
 use crate::output::{clipped, print_json};
+use opledger_domain::claims::fingerprint;
 use opledger_domain::Timestamp;
 use opledger_engine::{
     HeartbeatOutcome, Progress, RecoveryReport, RequestOutcome, TaskClaim, TaskOutcome, TaskTarget, TaskView,
@@ -255,7 +256,8 @@ pub fn task(view: &TaskView, as_json: bool) {
         "available_at": state.available_at.to_rfc3339(),
         "last_error": state.last_error,
         "cancel_requested": state.cancel_requested,
-        "claim_token": state.claim_token,
+        // A reading command: the token is the claim-taker's alone.
+        "claim_token": state.claim_token.as_deref().map(fingerprint),
         "worker": state.worker,
         "claimed_at": time_json(state.claimed_at),
         "lease_expires_at": time_json(view.lease_expires_at()),
@@ -290,7 +292,8 @@ pub fn task(view: &TaskView, as_json: bool) {
     }
     if let Some(token) = &state.claim_token {
         println!(
-            "  claim:      {token} by {} until {}{}",
+            "  claim:      {} by {} until {}{}",
+            fingerprint(token),
             state.worker.as_deref().unwrap_or("?"),
             view.lease_expires_at()
                 .map_or_else(|| "-".to_string(), |at| at.to_rfc3339()),

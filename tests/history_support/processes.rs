@@ -279,6 +279,7 @@ pub async fn worker<S: Store>(engine: Engine<S>, name: &str, dir: &Path, drain: 
                     worker: name.to_string(),
                     lease_ms: LEASE_MS,
                     limit: CLAIM_BATCH,
+                    principal: None,
                 },
             )
             .await;

@@ -198,6 +198,7 @@ pub async fn run_task_lifecycle<S: Store>(
                             worker: name.clone(),
                             lease_ms: 60_000,
                             limit: claim_batch,
+                            principal: None,
                         },
                     )
                     .await?;

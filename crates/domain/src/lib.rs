@@ -13,6 +13,7 @@
 pub mod batches;
 pub mod capabilities;
 pub mod chain;
+pub mod claims;
 pub mod decide;
 pub mod digest;
 pub mod envelope;

@@ -132,11 +132,10 @@ pub fn decide_claim(
             row.operation_id, row.available_at
         )));
     }
-    if claim_token.is_empty() || worker.trim().is_empty() {
-        return Err(DomainError::InvalidInput(
-            "a claim needs a token and a worker name".into(),
-        ));
+    if claim_token.is_empty() {
+        return Err(DomainError::InvalidInput("a claim needs a token".into()));
     }
+    check_worker_name(&worker)?;
     Ok(Event::OperationClaimed(OperationClaimed {
         operation_id: row.operation_id,
         claim_token,
@@ -246,6 +245,9 @@ pub fn decide_progress(
 /// goes back to the queue for the requested one, never to done.
 fn complete(row: &ProcessingStateRow, claim_token: &str, completion: Completion) -> Result<Vec<Event>, DomainError> {
     let operation_id = row.operation_id;
+    if let Completion::Output(output) = &completion {
+        check_output(output)?;
+    }
     if superseded(row) {
         let (outcome, output) = match completion {
             Completion::Output(output) => ("succeeded", output),
@@ -279,6 +281,44 @@ fn complete(row: &ProcessingStateRow, claim_token: &str, completion: Completion)
             Event::OperationFoundNothing(OperationReason { operation_id, reason })
         }
     }])
+}
+
+/// An output is a JSON object (or absent: null), whatever surface it came
+/// through: readers and projections look fields up in it.
+pub fn check_output(output: &Value) -> Result<(), DomainError> {
+    let kind = match output {
+        Value::Object(_) | Value::Null => return Ok(()),
+        Value::Array(_) => "an array",
+        Value::String(_) => "a string",
+        Value::Number(_) => "a number",
+        Value::Bool(_) => "a boolean",
+    };
+    Err(DomainError::InvalidInput(format!(
+        "an output is a JSON object, not {kind}"
+    )))
+}
+
+/// The longest worker name a claim records, in bytes.
+pub const MAX_WORKER_NAME_BYTES: usize = 200;
+
+/// A worker name is 1 to [`MAX_WORKER_NAME_BYTES`] bytes of printable
+/// text: it is recorded on every claim and shown wherever claims are.
+pub fn check_worker_name(worker: &str) -> Result<(), DomainError> {
+    if worker.trim().is_empty() {
+        return Err(DomainError::InvalidInput("a claim needs a worker name".into()));
+    }
+    if worker.len() > MAX_WORKER_NAME_BYTES || worker.chars().any(char::is_control) {
+        return Err(DomainError::InvalidInput(format!(
+            "a worker name is 1 to {MAX_WORKER_NAME_BYTES} bytes of printable text, not {} bytes{}",
+            worker.len(),
+            if worker.chars().any(char::is_control) {
+                " with control characters"
+            } else {
+                ""
+            }
+        )));
+    }
+    Ok(())
 }
 
 /// The error a failure records: the worker's message, or a fixed one when

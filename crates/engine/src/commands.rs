@@ -8,7 +8,7 @@
 //! transaction commits. A refusal returns before anything is appended.
 
 use crate::error::EngineError;
-use crate::load::{load_kinds, load_media, load_operation};
+use crate::load::{all_kinds, load_kinds, load_media, load_operation};
 use crate::tx::{append_and_fold, CommandContext, Decided};
 use crate::work::cancel_tasks_of_removed_target;
 use crate::Engine;
@@ -17,6 +17,7 @@ use opledger_domain::events::{
     BoundingBox, Event, MediaRegistered, MediaRemoved, MediaUpdated, OperationCreated, OperationTarget, RegionAdded,
     RegionRemoved,
 };
+use opledger_domain::kinds;
 use opledger_domain::projections::{region_key, Row, REGIONS_TABLE};
 use opledger_domain::transitions::INITIAL_STATUSES;
 use opledger_domain::{
@@ -71,6 +72,7 @@ impl<S: Store> Engine<S> {
         if media_kind.trim().is_empty() {
             return Err(EngineError::invalid("a media item needs a media kind"));
         }
+        kinds::check_name("media kind", media_kind)?;
         if byte_size.is_some_and(|size| size < 0) {
             return Err(EngineError::invalid("byte size cannot be negative"));
         }
@@ -83,10 +85,15 @@ impl<S: Store> Engine<S> {
             content_digest,
             byte_size,
         });
+        let media_kind = media_kind.to_string();
         // At the time its transaction gives it, like every command: the
         // trusted `append` records the times it is handed.
-        self.stamped(stamp, move |_, _, stamp| {
+        self.stamped(stamp, move |tx, _, stamp| {
             Box::pin(async move {
+                if !kinds::BUILT_IN_MEDIA_KINDS.contains(&media_kind.as_str()) {
+                    let declared = all_kinds(tx).await?;
+                    kinds::check_media_kind(&media_kind, declared.iter().filter_map(|row| row.declaration.as_ref()))?;
+                }
                 let append = StreamAppend {
                     stream_id: StreamId::media(media_id),
                     expected: ExpectedVersion::NoStream,

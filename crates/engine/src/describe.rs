@@ -132,13 +132,13 @@ impl<S: Store> Engine<S> {
             capability,
             queue,
             why,
-            timeline,
+            timeline: timeline.into_iter().map(EventEnvelope::for_readers).collect(),
             described_at: now,
         })
     }
 
-    /// The operation's events after stream version `after`, as they are
-    /// appended: each poll (every `interval`) reads the stream from the last
+    /// The operation's events after stream version `after` (as readers see
+    /// them: claim tokens as fingerprints), as they are appended: each poll (every `interval`) reads the stream from the last
     /// version it returned, never from the start. The stream ends only when
     /// a read fails (with that error); a reader stops it by dropping it.
     pub fn follow(
@@ -164,7 +164,8 @@ impl<S: Store> Engine<S> {
                     Ok(events) if events.is_empty() => continue,
                     Ok(events) => {
                         let last = events.last().map_or(after, |event| event.stream_version);
-                        let batch: Vec<Result<EventEnvelope, EngineError>> = events.into_iter().map(Ok).collect();
+                        let batch: Vec<Result<EventEnvelope, EngineError>> =
+                            events.into_iter().map(|event| Ok(event.for_readers())).collect();
                         return Some((stream::iter(batch), (store, stream_id, last, false)));
                     }
                     Err(error) => {

@@ -47,7 +47,7 @@ pub use ingestion::{FileObservation, IngestionClaim, Registered, Registration};
 pub use integrity::IntegrityCheck;
 pub use kinds::{
     parse_kinds, KindReport, KindStatus, KindsDocument, KindsReport, LocatedKind, ReprocessOutcome, APPLY_REASON,
-    MAX_KINDS_FILE_BYTES,
+    DEFAULT_MAX_KINDS, MAX_KINDS_FILE_BYTES,
 };
 pub use observe::{WriteKind, WriteObserver, WriteTimings};
 pub use opledger_domain::lease::{LeaseMs, MAX_LEASE_MS};
@@ -82,6 +82,8 @@ pub struct Engine<S: Store> {
     fold_chunk: usize,
     /// Who learns the write timings, if anyone.
     observer: Option<Arc<dyn WriteObserver>>,
+    /// The most task kinds the catalogue may hold.
+    max_kinds: usize,
 }
 
 impl<S: Store> Engine<S> {
@@ -99,6 +101,7 @@ impl<S: Store> Engine<S> {
             jitter: Arc::new(RandomJitter),
             fold_chunk: FOLD_CHUNK,
             observer: None,
+            max_kinds: DEFAULT_MAX_KINDS,
         }
     }
 
@@ -120,6 +123,13 @@ impl<S: Store> Engine<S> {
     /// service's latency histograms).
     pub fn with_write_observer(mut self, observer: Arc<dyn WriteObserver>) -> Self {
         self.observer = Some(observer);
+        self
+    }
+
+    /// Sets the most task kinds the catalogue may hold (declarations past
+    /// it are refused; [`DEFAULT_MAX_KINDS`] unless set).
+    pub fn with_max_kinds(mut self, max_kinds: usize) -> Self {
+        self.max_kinds = max_kinds.max(1);
         self
     }
 

@@ -150,7 +150,11 @@ pub(crate) async fn all_kinds<T: WriteTx>(tx: &mut T) -> Result<Vec<TaskKindRow>
     Ok(kinds)
 }
 
-/// The refusal of a kind that is not declared, naming those that are.
+/// Declared kinds a refusal names at most.
+const NAMED_KINDS: usize = 20;
+
+/// The refusal of a kind that is not declared, naming (the first of) those
+/// that are.
 pub(crate) fn undeclared(name: &str, kinds: &[TaskKindRow]) -> EngineError {
     let declared: Vec<&str> = kinds
         .iter()
@@ -158,12 +162,16 @@ pub(crate) fn undeclared(name: &str, kinds: &[TaskKindRow]) -> EngineError {
         .map(|row| row.name.as_str())
         .collect();
     let shown: String = name.chars().take(64).collect();
+    let named = match declared.len() {
+        0 => "none".to_string(),
+        count if count <= NAMED_KINDS => declared.join(", "),
+        count => format!(
+            "{}, and {} more",
+            declared[..NAMED_KINDS].join(", "),
+            count - NAMED_KINDS
+        ),
+    };
     EngineError::invalid(format!(
-        "task kind {shown:?} is not declared; declared kinds: {} (declare kinds with `opledger kinds apply FILE`)",
-        if declared.is_empty() {
-            "none".to_string()
-        } else {
-            declared.join(", ")
-        }
+        "task kind {shown:?} is not declared; declared kinds: {named} (declare kinds with `opledger kinds apply FILE`)"
     ))
 }

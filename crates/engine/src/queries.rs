@@ -262,13 +262,14 @@ impl<S: Store> Engine<S> {
         Ok(reasons)
     }
 
-    /// The operation's events in order, with actor, time and cause.
+    /// The operation's events in order, with actor, time and cause, as
+    /// readers see them (claim tokens as fingerprints).
     pub async fn timeline(&self, operation_id: OperationId) -> Result<Vec<EventEnvelope>, EngineError> {
         let events = self.store.read_stream(&StreamId::operation(operation_id)).await?;
         if events.is_empty() {
             return Err(EngineError::not_found("operation", operation_id));
         }
-        Ok(events)
+        Ok(events.into_iter().map(EventEnvelope::for_readers).collect())
     }
 
     /// A running-counts row of a projection (empty when nothing was counted).

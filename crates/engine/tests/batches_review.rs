@@ -81,6 +81,7 @@ impl<S: Store> Lab<S> {
                     worker: "worker-1".into(),
                     lease_ms: 60_000,
                     limit,
+                    principal: None,
                 },
             )
             .await

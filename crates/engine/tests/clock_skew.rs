@@ -32,6 +32,7 @@ fn claim_request(worker: &str, lease_ms: i64) -> ClaimRequest {
         worker: worker.into(),
         lease_ms,
         limit: 100,
+        principal: None,
     }
 }
 

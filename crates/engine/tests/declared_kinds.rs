@@ -94,6 +94,7 @@ async fn claim<S: Store>(engine: &Engine<S>, kind: &str) -> Vec<TaskClaim> {
                 worker: "py-1".into(),
                 lease_ms: 30_000,
                 limit: 100,
+                principal: None,
             },
         )
         .await
@@ -403,7 +404,74 @@ async fn every_input_constraint_is_refused_at_request_with_the_input_and_the_rul
     assert!(head_after_declaring > head);
 }
 
+/// `count` kinds named `k0000`…, each a media kind of its own.
+fn kinds_document(from: usize, count: usize) -> String {
+    (from..from + count)
+        .map(|index| {
+            format!(
+                "[[kind]]\nname = \"k{index:04}\"\ntarget = \"media\"\nversion = \"1\"\ncapability = \"c{index:04}\"\n"
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+async fn the_catalogue_holds_at_most_its_bound_and_a_declaration_past_it_appends_nothing<B: Backend>(backend: &B) {
+    let engine = engine(backend).await.with_max_kinds(30);
+    let report = apply(&engine, &kinds_document(0, 30)).await;
+    assert!(report.applied);
+    let head = engine.store().head().await.unwrap();
+    let refused = engine
+        .apply_kinds(&context(), &parse_kinds(&kinds_document(30, 1)).unwrap(), false)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&refused, EngineError::Domain(DomainError::InvalidInput(message))
+            if message.contains("may hold 30 task kinds; it holds 30 and this declares 1 more")),
+        "{refused}"
+    );
+    assert_eq!(engine.store().head().await.unwrap(), head, "nothing was appended");
+    // A new version of a kind already there adds none.
+    let bumped = kinds_document(0, 1).replace("version = \"1\"", "version = \"2\"");
+    assert!(apply(&engine, &bumped).await.applied);
+    // A claim of one kind, and the refusal of an undeclared one names a
+    // bounded list of the declared.
+    let claims = engine
+        .claim_tasks(
+            &context(),
+            ClaimRequest {
+                kinds: vec!["k0007".into()],
+                worker: "w".into(),
+                lease_ms: 1_000,
+                limit: 1,
+                principal: None,
+            },
+        )
+        .await
+        .unwrap();
+    assert!(claims.is_empty());
+    let undeclared = engine
+        .claim_tasks(
+            &context(),
+            ClaimRequest {
+                kinds: vec!["k0007".into(), "nope".into()],
+                worker: "w".into(),
+                lease_ms: 1_000,
+                limit: 1,
+                principal: None,
+            },
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        undeclared.contains("\"nope\" is not declared") && undeclared.contains("and 10 more"),
+        "{undeclared}"
+    );
+}
+
 backend_tests!(
+    the_catalogue_holds_at_most_its_bound_and_a_declaration_past_it_appends_nothing,
     a_declared_kind_runs_end_to_end_and_an_undeclared_one_is_refused_naming_the_declared,
     a_new_version_makes_results_stale_and_reprocessing_runs_exactly_those_again,
     a_change_that_alters_results_without_a_new_version_is_refused_and_appends_nothing,
@@ -555,6 +623,7 @@ async fn run_history(steps: Vec<Step>) {
                             worker: "w".into(),
                             lease_ms: 60_000,
                             limit: count,
+                            principal: None,
                         },
                     )
                     .await

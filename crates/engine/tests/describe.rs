@@ -112,6 +112,7 @@ impl<S: Store> Ledger<S> {
                     worker: worker.into(),
                     lease_ms: 30_000,
                     limit: 1,
+                    principal: None,
                 },
             )
             .await

@@ -182,6 +182,7 @@ impl<S: Store> Lab<S> {
             worker: worker.into(),
             lease_ms,
             limit: 1,
+            principal: None,
         };
         let mut claims = self
             .step("claim", || self.engine.claim_tasks(&self.context, request.clone()))

@@ -68,6 +68,7 @@ fn claim_one(worker: &str) -> ClaimRequest {
         worker: worker.into(),
         lease_ms: 60_000,
         limit: 1,
+        principal: None,
     }
 }
 

@@ -65,6 +65,7 @@ async fn claim<S: Store>(engine: &Engine<S>) -> Vec<TaskClaim> {
                 worker: "w".into(),
                 lease_ms: 30_000,
                 limit: 10,
+                principal: None,
             },
         )
         .await

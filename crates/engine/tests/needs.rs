@@ -110,6 +110,7 @@ async fn claim<S: Store>(engine: &Engine<S>, kind: &str) -> Vec<TaskClaim> {
                 worker: "w-1".into(),
                 lease_ms: 30_000,
                 limit: 10,
+                principal: None,
             },
         )
         .await

@@ -172,6 +172,7 @@ impl<S: Store> World<S> {
                             worker: "w".into(),
                             lease_ms: 600_000,
                             limit,
+                            principal: None,
                         },
                     )
                     .await

@@ -71,6 +71,7 @@ impl<S: Store> Lab<S> {
                     worker: worker.into(),
                     lease_ms: 600_000,
                     limit,
+                    principal: None,
                 },
             )
             .await

@@ -58,6 +58,7 @@ async fn claim<S: Store>(engine: &Engine<S>, worker: &str) -> Option<TaskClaim> 
                 worker: worker.into(),
                 lease_ms: 60_000,
                 limit: 1,
+                principal: None,
             },
         )
         .await

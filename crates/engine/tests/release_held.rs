@@ -53,6 +53,7 @@ async fn claims_of_named_workers_are_released_at_once_and_others_are_left_alone<
         worker: worker.into(),
         lease_ms: 3_600_000,
         limit: 2,
+        principal: None,
     };
     let dead = engine.claim_tasks(&context, claim("ingest-dead")).await.unwrap();
     let alive = engine.claim_tasks(&context, claim("ingest-alive")).await.unwrap();
@@ -194,6 +195,7 @@ async fn only_the_claim_a_dead_worker_was_running_counts_an_interruption_and_is_
                     worker: worker.clone(),
                     lease_ms: 3_600_000,
                     limit: 10,
+                    principal: None,
                 },
             )
             .await

@@ -100,6 +100,7 @@ async fn fail_all<S: Store>(engine: &Engine<S>, kind: &str) {
                 worker: "py-1".into(),
                 lease_ms: 30_000,
                 limit: 100,
+                principal: None,
             },
         )
         .await

@@ -139,6 +139,7 @@ async fn a_slow_commit_is_never_half_visible_and_leases_and_heartbeats_keep_thei
                 worker: "w1".into(),
                 lease_ms: LEASE_MS,
                 limit: 2,
+                principal: None,
             },
         )
         .await

@@ -115,6 +115,7 @@ async fn a_ledger_from_before_declarations_gets_the_former_kinds_declared_once_a
                 worker: "py-1".into(),
                 lease_ms: 30_000,
                 limit: 10,
+                principal: None,
             },
         )
         .await

@@ -391,6 +391,7 @@ impl World {
                             worker: "property-worker".into(),
                             lease_ms,
                             limit,
+                            principal: None,
                         },
                     )
                     .await

@@ -50,6 +50,7 @@ async fn a_task_goes_from_request_to_completion_and_replay_agrees<B: Backend>(ba
                 worker: "w1".into(),
                 lease_ms: 30_000,
                 limit: 10,
+                principal: None,
             },
         )
         .await
@@ -116,6 +117,7 @@ async fn a_task_goes_from_request_to_completion_and_replay_agrees<B: Backend>(ba
                 worker: "w2".into(),
                 lease_ms: 30_000,
                 limit: 10,
+                principal: None,
             },
         )
         .await
@@ -137,6 +139,7 @@ async fn a_task_goes_from_request_to_completion_and_replay_agrees<B: Backend>(ba
                 worker: "w3".into(),
                 lease_ms: 1_000,
                 limit: 10,
+                principal: None,
             },
         )
         .await
@@ -158,6 +161,7 @@ async fn a_task_goes_from_request_to_completion_and_replay_agrees<B: Backend>(ba
                 worker: "w4".into(),
                 lease_ms: 30_000,
                 limit: 10,
+                principal: None,
             },
         )
         .await
@@ -272,6 +276,7 @@ async fn batched_requests_and_completions_answer_each_item_on_its_own<B: Backend
                 worker: "w".into(),
                 lease_ms: 30_000,
                 limit: 10,
+                principal: None,
             },
         )
         .await
@@ -344,6 +349,7 @@ async fn work_protocol_commands_run_on_spawned_tasks<B: Backend>(backend: &B) {
                 worker: "spawned".into(),
                 lease_ms: 10_000,
                 limit: 1,
+                principal: None,
             },
         )
         .await
@@ -451,6 +457,7 @@ async fn removing_a_media_item_cancels_its_unfinished_tasks_and_ends_their_claim
                 worker: "w".into(),
                 lease_ms: 60_000,
                 limit: 1,
+                principal: None,
             },
         )
         .await
@@ -520,6 +527,7 @@ async fn outcomes_reported_together_are_each_fenced_and_keep_their_own_actor<B: 
                 worker: "pool".into(),
                 lease_ms: 30_000,
                 limit: 4,
+                principal: None,
             },
         )
         .await

@@ -14,17 +14,33 @@ const state = { view: "overview", lastEventId: null, stream: null, refreshTimer:
 
 const $ = (id) => document.getElementById(id);
 
-// Builds an element; strings among the children become text nodes.
+// Bidirectional controls (U+202E turns "/adv/\u202Eevil" into "/adv/live"
+// on screen) are shown as visible marks, never obeyed.
+const BIDI_CONTROLS = /[\u061C\u200E\u200F\u202A-\u202E\u2066-\u2069]/g;
+
+function visible(text) {
+  return String(text).replace(BIDI_CONTROLS, (c) => "<U+" + c.codePointAt(0).toString(16).toUpperCase().padStart(4, "0") + ">");
+}
+
+// A text from the ledger as a node: its controls made visible, and isolated
+// (<bdi>) so that a right-to-left name never reorders what stands around it.
+function text(value) {
+  const node = document.createElement("bdi");
+  node.textContent = visible(value);
+  return node;
+}
+
+// Builds an element; strings among the children become isolated text.
 function el(tag, props, ...children) {
   const node = document.createElement(tag);
   for (const [key, value] of Object.entries(props || {})) {
     if (key === "class") node.className = value;
     else if (key === "on") for (const [name, handler] of Object.entries(value)) node.addEventListener(name, handler);
-    else node.setAttribute(key, String(value));
+    else node.setAttribute(key, visible(value));
   }
   for (const child of children) {
     if (child === null || child === undefined) continue;
-    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    node.append(child instanceof Node ? child : text(child));
   }
   return node;
 }
@@ -37,7 +53,7 @@ function token() { return sessionStorage.getItem(TOKEN_KEY); }
 
 function showError(message) {
   const box = $("error");
-  box.textContent = message;
+  box.textContent = visible(message);
   box.hidden = !message;
 }
 

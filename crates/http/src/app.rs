@@ -3,7 +3,9 @@
 //! attempts of export artifacts.
 
 use crate::auth::Tokens;
+use crate::files::{Outputs, DEFAULT_MAX_FILE_BYTES};
 use crate::metrics::Metrics;
+use crate::server::ConnectionLimits;
 use crate::wake::Wake;
 use opledger_engine::Engine;
 use opledger_store::Store;
@@ -35,6 +37,17 @@ pub struct ServiceConfig {
     /// The artifact directory the supervisors of this ledger share; without
     /// one the export routes answer 503.
     pub artifact_dir: Option<ArtifactDir>,
+    /// The directories worker-reported output files are served from, and
+    /// the largest file served ([`crate::files`]).
+    pub outputs: Outputs,
+    /// Connection bounds: the cap, the header-read timeout, the shutdown grace.
+    pub connections: ConnectionLimits,
+    /// The time a client has to send a request's body once its headers
+    /// came; a slower one is answered 408.
+    pub body_timeout: Duration,
+    /// The longest text a body may carry in any field, and the largest
+    /// output (serialized), in bytes: the CLI's `--max-text-bytes`.
+    pub max_text_bytes: usize,
 }
 
 impl Default for ServiceConfig {
@@ -48,12 +61,19 @@ impl Default for ServiceConfig {
             max_wait: Duration::from_secs(30),
             sse_heartbeat: Duration::from_secs(15),
             artifact_dir: None,
+            outputs: Outputs::new([], DEFAULT_MAX_FILE_BYTES),
+            connections: ConnectionLimits::default(),
+            body_timeout: Duration::from_secs(30),
+            max_text_bytes: DEFAULT_MAX_TEXT_BYTES,
         }
     }
 }
 
 /// 1 MiB.
 pub const DEFAULT_BODY_LIMIT: usize = 1 << 20;
+
+/// 64 KiB: the CLI's default `--max-text-bytes`.
+pub const DEFAULT_MAX_TEXT_BYTES: usize = 64 * 1024;
 
 /// The state every handler gets: cheap to clone.
 pub struct App<S: Store> {

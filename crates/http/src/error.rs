@@ -6,10 +6,14 @@
 //! | 400 | `malformed` | the request cannot be read (bad JSON, bad query, bad id) |
 //! | 401 | `unauthenticated` | no token, or one the tokens file does not hold |
 //! | 403 | `forbidden` | the token's role or task kinds do not allow it |
-//! | 404 | `not_found` | an unknown id or route |
+//! | 404 | `not_found` | an unknown id or route; a file the service may not serve |
+//! | 405 | `method_not_allowed` | the route has no such method |
+//! | 408 | `timeout` | the request was not sent in time |
 //! | 409 | `conflict` | a stale claim, an illegal transition, a version conflict, a download attempt already taken |
 //! | 410 | `gone` | an export's artifact expired, its job is gone or no longer succeeded, a download attempt expired |
 //! | 413 | `too_large` | the body is over the limit (refused before it is parsed) |
+//! | 414 | `uri_too_long` | the request's target is over the limit |
+//! | 415 | `unsupported_media` | a file that is no raster image (PNG, JPEG, WebP, GIF, AVIF) |
 //! | 422 | `invalid` | well-formed, but the rules refuse it |
 //! | 500 | `internal` | a bug (a panic is caught and logged) |
 //! | 503 | `unavailable` | the store cannot serve, or the service is not ready |
@@ -42,12 +46,27 @@ pub struct ErrorBody {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ErrorDetail {
     /// One of `malformed`, `unauthenticated`, `forbidden`, `not_found`,
-    /// `conflict`, `gone`, `too_large`, `invalid`, `internal`, `unavailable`.
+    /// `method_not_allowed`, `timeout`, `conflict`, `gone`, `too_large`,
+    /// `uri_too_long`, `unsupported_media`, `invalid`, `internal`,
+    /// `unavailable`.
     pub code: String,
     pub message: String,
     /// More about the error where there is more to say; `{}` otherwise.
     #[schema(value_type = Object)]
     pub details: Value,
+}
+
+impl ErrorBody {
+    /// The body of an error answer with `code` and `message`.
+    pub fn of(code: &str, message: &str) -> ErrorBody {
+        ErrorBody {
+            error: ErrorDetail {
+                code: code.to_string(),
+                message: message.to_string(),
+                details: Value::Object(Default::default()),
+            },
+        }
+    }
 }
 
 impl ApiError {
@@ -79,6 +98,22 @@ impl ApiError {
 
     pub fn not_found(message: impl Into<String>) -> Self {
         ApiError::new(StatusCode::NOT_FOUND, "not_found", message)
+    }
+
+    pub fn method_not_allowed(message: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", message)
+    }
+
+    pub fn timeout(message: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::REQUEST_TIMEOUT, "timeout", message)
+    }
+
+    pub fn uri_too_long(message: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::URI_TOO_LONG, "uri_too_long", message)
+    }
+
+    pub fn unsupported_media(message: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media", message)
     }
 
     pub fn conflict(message: impl Into<String>) -> Self {

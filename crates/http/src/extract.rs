@@ -14,6 +14,7 @@ use opledger_domain::quoted;
 use opledger_engine::{CommandContext, RequestId};
 use opledger_store::Store;
 use serde::de::DeserializeOwned;
+use serde_json::Value;
 
 /// Who is asking: a token's name, role and task kinds, or anonymous.
 #[derive(Debug, Clone)]
@@ -127,7 +128,9 @@ impl<S: Store> FromRequestParts<App<S>> for Caller {
 
 /// A JSON request body: 413 over the limit (before any parsing), 400 when
 /// it is not JSON of the expected shape (nesting deeper than serde_json's
-/// limit of 128 included).
+/// limit of 128 included), 422 when any text in it (a key or a string, at
+/// any depth) holds a NUL character or is longer than the text limit
+/// (`max_text_bytes`): every text a client sends may be recorded and shown.
 pub struct JsonBody<T>(pub T);
 
 impl<S: Store, T: DeserializeOwned> FromRequest<App<S>> for JsonBody<T> {
@@ -135,8 +138,76 @@ impl<S: Store, T: DeserializeOwned> FromRequest<App<S>> for JsonBody<T> {
 
     async fn from_request(request: Request, app: &App<S>) -> Result<Self, Self::Rejection> {
         let bytes = body_bytes(request, app).await?;
-        parse_json(&bytes).map(JsonBody)
+        let value: Value = parse_json(&bytes)?;
+        check_texts(&value, Some(app.config().max_text_bytes), &mut Vec::new())?;
+        parse_value(value).map(JsonBody)
     }
+}
+
+/// A JSON body carrying a document (a declaration file): as [`JsonBody`],
+/// but its texts are bounded by the body limit alone.
+pub struct DocumentBody<T>(pub T);
+
+impl<S: Store, T: DeserializeOwned> FromRequest<App<S>> for DocumentBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, app: &App<S>) -> Result<Self, Self::Rejection> {
+        let bytes = body_bytes(request, app).await?;
+        let value: Value = parse_json(&bytes)?;
+        check_texts(&value, None, &mut Vec::new())?;
+        parse_value(value).map(DocumentBody)
+    }
+}
+
+/// Refuses a NUL character in any key or string of `value`, and a string
+/// longer than `limit` bytes, naming where it is (`at`: the keys and
+/// indexes above it).
+fn check_texts(value: &Value, limit: Option<usize>, at: &mut Vec<String>) -> ApiResult<()> {
+    let text = |text: &str, at: &[String]| -> ApiResult<()> {
+        let place = || {
+            if at.is_empty() {
+                "the body".to_string()
+            } else {
+                quoted(&at.join(".")).to_string()
+            }
+        };
+        if text.contains('\0') {
+            return Err(ApiError::invalid(format!("{} holds a NUL character", place())));
+        }
+        match limit {
+            Some(limit) if text.len() > limit => Err(ApiError::invalid(format!(
+                "{} is {} bytes, more than the {limit} a text may take (the service's --max-text-bytes)",
+                place(),
+                text.len()
+            ))),
+            _ => Ok(()),
+        }
+    };
+    match value {
+        Value::String(string) => text(string, at),
+        Value::Array(items) => items.iter().enumerate().try_for_each(|(index, item)| {
+            at.push(index.to_string());
+            let checked = check_texts(item, limit, at);
+            at.pop();
+            checked
+        }),
+        Value::Object(fields) => fields.iter().try_for_each(|(key, field)| {
+            at.push(key.clone());
+            let checked = text(key, at).and_then(|()| check_texts(field, limit, at));
+            at.pop();
+            checked
+        }),
+        _ => Ok(()),
+    }
+}
+
+fn parse_value<T: DeserializeOwned>(value: Value) -> ApiResult<T> {
+    serde_json::from_value(value).map_err(|error| {
+        ApiError::malformed(format!(
+            "the body is not the JSON expected: {}",
+            quoted(&error.to_string())
+        ))
+    })
 }
 
 /// A JSON body that may be absent (an empty body reads as `T::default()`).
@@ -150,14 +221,23 @@ impl<S: Store, T: DeserializeOwned + Default> FromRequest<App<S>> for OptionalBo
         if bytes.iter().all(u8::is_ascii_whitespace) {
             return Ok(OptionalBody(T::default()));
         }
-        parse_json(&bytes).map(OptionalBody)
+        let value: Value = parse_json(&bytes)?;
+        check_texts(&value, Some(app.config().max_text_bytes), &mut Vec::new())?;
+        parse_value(value).map(OptionalBody)
     }
 }
 
-/// The raw body, bounded by the service's limit.
+/// The raw body, bounded by the service's limit and its body timeout (408).
 pub async fn body_bytes<S: Store>(request: Request, app: &App<S>) -> ApiResult<Bytes> {
-    Bytes::from_request(request, app)
+    let within = app.config().body_timeout;
+    tokio::time::timeout(within, Bytes::from_request(request, app))
         .await
+        .map_err(|_| {
+            ApiError::timeout(format!(
+                "the request body did not arrive within {} s",
+                within.as_secs_f64()
+            ))
+        })?
         .map_err(|rejection| match rejection {
             BytesRejection::FailedToBufferBody(failed) if failed.status() == StatusCode::PAYLOAD_TOO_LARGE => {
                 ApiError::too_large(format!(

@@ -15,13 +15,18 @@ pub mod app;
 pub mod auth;
 pub mod error;
 pub mod extract;
+pub mod files;
+pub mod guard;
 pub mod metrics;
 pub mod routes;
+pub mod server;
 pub mod wake;
 
-pub use app::{App, ServiceConfig, DEFAULT_BODY_LIMIT};
+pub use app::{App, ServiceConfig, DEFAULT_BODY_LIMIT, DEFAULT_MAX_TEXT_BYTES};
 pub use auth::{entry_toml, new_token, Role, TokenEntry, Tokens, TokensError};
 pub use error::{ApiError, ErrorBody};
+pub use files::{Outputs, DEFAULT_MAX_FILE_BYTES};
+pub use server::ConnectionLimits;
 
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::middleware::Next;
@@ -65,10 +70,12 @@ impl utoipa::Modify for BearerAuth {
     }
 }
 
-/// Every route with the service's layers: the body limit, the readiness
-/// gate, the panic layer (a panic is a logged 500 in the error shape,
-/// never a dropped connection), and outermost the request log and latency
-/// histogram, so every answer is measured, a panic's 500 included.
+/// Every route with the service's layers: the readiness gate, credentials
+/// looked at before anything else of the request, the target and body
+/// limits, the panic layer (a panic is a logged 500 in the error shape,
+/// never a dropped connection), every error answer in the error shape, and
+/// outermost the request log and latency histogram, so every answer is
+/// measured, a panic's 500 included.
 pub fn router<S: Store>(app: App<S>) -> Router {
     with_layers(routes::api_routes::<S>(), app)
 }
@@ -79,9 +86,16 @@ pub fn with_layers<S: Store>(routes: Router<App<S>>, app: App<S>) -> Router {
     let limit = app.config().body_limit;
     routes
         .fallback(not_found)
+        .method_not_allowed_fallback(guard::method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(app.clone(), gate::<S>))
+        .layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            guard::authenticate_first::<S>,
+        ))
+        .layer(axum::middleware::from_fn(guard::bounded_target))
         .layer(DefaultBodyLimit::max(limit))
         .layer(CatchPanicLayer::custom(panicked))
+        .layer(axum::middleware::from_fn(guard::error_shape))
         .layer(axum::middleware::from_fn_with_state(app.clone(), metrics::observe::<S>))
         .with_state(app)
 }
@@ -128,11 +142,8 @@ pub async fn serve<S: Store>(
         tracing::info!("shutting down: no new claims; finishing requests in flight");
         stopping.stop();
     };
-    let server = tokio::spawn(async move {
-        axum::serve(listener, router.into_make_service())
-            .with_graceful_shutdown(graceful)
-            .await
-    });
+    let limits = app.config().connections;
+    let server = tokio::spawn(server::run(listener, router, limits, graceful));
     let startup = start(&app).await;
     if let Err(error) = startup {
         app.stop();

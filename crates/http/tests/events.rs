@@ -191,6 +191,7 @@ async fn filters_keep_only_the_events_of_the_operation_batch_or_media_asked<B: B
                 worker: worker.into(),
                 lease_ms: 30_000,
                 limit: 1,
+                principal: None,
             },
         )
     };
@@ -363,7 +364,42 @@ async fn bad_positions_and_filters_are_400_and_a_token_is_needed<B: Backend>(bac
     service.shutdown().await;
 }
 
+/// A position the log has not reached would leave the stream silent until
+/// the log got there, then skip everything before it: refused, as an
+/// export's `as_of_seq` is.
+async fn a_position_past_the_head_is_refused_with_422_not_answered_with_silence<B: Backend>(backend: &B) {
+    let service = start(backend).await;
+    register_many(service.app.engine(), 3, 3).await;
+    let head = service.app.engine().store().head().await.unwrap();
+    assert_error(
+        &service
+            .get(&format!("/api/v1/events?after={}", head + 1), As::Reader)
+            .await,
+        422,
+        "invalid",
+    );
+    let far = service
+        .http
+        .get(service.url("/api/v1/events"))
+        .bearer_auth(service.token(As::Reader).unwrap())
+        .header("Last-Event-ID", "9000000000000")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(far.status(), 422);
+    // The head itself is a position: the stream starts there.
+    let mut at_head = Client::connect(&service, &format!("?after={head}"), None).await;
+    register_many(service.app.engine(), 1, 1).await;
+    let next = at_head
+        .next(Duration::from_secs(20))
+        .await
+        .expect("the next event arrives");
+    assert_eq!(next.id, head + 1);
+    service.shutdown().await;
+}
+
 opledger_testkit::backend_tests!(
+    a_position_past_the_head_is_refused_with_422_not_answered_with_silence,
     a_client_reconnecting_three_times_during_ten_thousand_events_sees_each_once_in_order,
     filters_keep_only_the_events_of_the_operation_batch_or_media_asked,
     last_event_id_resumes_after_that_seq_and_wins_over_after,

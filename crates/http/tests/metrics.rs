@@ -80,6 +80,7 @@ async fn metrics_show_status_counts_queue_age_work_counters_and_request_latency_
                 worker: "w".into(),
                 lease_ms: 30_000,
                 limit: 3,
+                principal: None,
             },
         )
         .await
@@ -177,6 +178,7 @@ async fn append_and_commit_latency_count_every_write_command_by_kind_and_failure
                 worker: "w".into(),
                 lease_ms: 30_000,
                 limit: 1,
+                principal: None,
             },
         )
         .await

@@ -8,7 +8,7 @@ mod support;
 use opledger_testkit::Backend;
 use reqwest::header;
 use serde_json::Value;
-use support::{assert_error, start, As};
+use support::{assert_error, start, start_with, As};
 
 const NOT_A_UUID: &str = "not-a-uuid";
 const UNKNOWN: &str = "01890000-0000-7000-8000-000000000000";
@@ -250,10 +250,14 @@ async fn media_list_show_by_path_and_capabilities_answer_what_the_cli_prints<B: 
 }
 
 async fn a_thumbnail_is_served_as_png_with_its_revision_as_etag_and_304_when_unchanged<B: Backend>(backend: &B) {
-    let service = start(backend).await;
+    let dir = tempfile::tempdir().unwrap();
+    let outputs = dir.path().to_path_buf();
+    let service = start_with(backend, |config| {
+        config.outputs = opledger_http::Outputs::new([outputs], opledger_http::DEFAULT_MAX_FILE_BYTES)
+    })
+    .await;
     let engine = service.app.engine();
     fixtures::declare_kinds(engine).await;
-    let dir = tempfile::tempdir().unwrap();
     // No extension: the type comes from the file's first bytes.
     let file = dir.path().join("thumb-of-a");
     std::fs::write(&file, fixtures::PNG).unwrap();

@@ -142,7 +142,10 @@ async fn a_task_is_requested_claimed_heartbeated_progressed_and_completed<B: Bac
         .await
         .unwrap();
     let completion = timeline.last().unwrap();
-    assert_eq!(completion.actor, "w1", "the worker named in the body is the actor");
+    assert_eq!(
+        completion.actor, "worker (worker w1)",
+        "the token's name is the actor, with the worker named in the body beside it"
+    );
     service.shutdown().await;
 }
 

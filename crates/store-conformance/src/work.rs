@@ -122,6 +122,8 @@ pub async fn leases_round_trip_and_expired_claims_honour_extended_leases<H: Harn
         total: None,
         progressed_at: Some(at(10)),
         progress_unrecorded: true,
+        // The principal that took the claim, where one did, reads back as written.
+        principal: (operation != 1).then(|| format!("principal-{operation}")),
     };
     // token-b's heartbeat extended its lease past `now`; token-a's did not.
     let leases = vec![

@@ -238,7 +238,7 @@ where
 }
 
 const LEASE_COLUMNS: &str = "claim_token, operation_id, worker, heartbeat_at, lease_expires_at, phase, processed, \
-                             total, progressed_at, progress_unrecorded";
+                             total, progressed_at, progress_unrecorded, principal";
 
 pub async fn lease<'c, E>(executor: E, claim_token: &str) -> Result<Option<Lease>, StoreError>
 where
@@ -291,6 +291,7 @@ fn decode_lease(row: &PgRow) -> Result<Lease, StoreError> {
         total: row.try_get(7).map_err(corrupt)?,
         progressed_at: timestamp(8)?,
         progress_unrecorded: row.try_get(9).map_err(corrupt)?,
+        principal: row.try_get(10).map_err(corrupt)?,
     })
 }
 
@@ -348,6 +349,7 @@ pub(crate) fn push_leases(statement: &mut Statement, puts: &[&Lease], deletes: &
             )),
             "boolean[]",
         ),
+        statement.param(Bind::Array(texts(|lease| lease.principal.clone())), "text[]"),
     ];
     statement.push(format!(
         "INSERT INTO task_leases ({LEASE_COLUMNS}) SELECT * FROM UNNEST({}) \

@@ -195,7 +195,7 @@ where
 
 pub(crate) const LEASE_COLUMNS: &str =
     "claim_token, operation_id, worker, heartbeat_at, lease_expires_at, phase, processed, \
-                             total, progressed_at, progress_unrecorded";
+                             total, progressed_at, progress_unrecorded, principal";
 
 pub async fn lease<'c, E>(executor: E, claim_token: &str) -> Result<Option<Lease>, StoreError>
 where
@@ -223,6 +223,7 @@ fn decode_lease(row: &SqliteRow) -> Result<Lease, StoreError> {
         total: row.get(7),
         progressed_at: row.get(8),
         progress_unrecorded: row.get(9),
+        principal: row.get(10),
     })
 }
 
@@ -238,6 +239,7 @@ pub(crate) struct StoredLease {
     pub total: Option<i64>,
     pub progressed_at: Option<String>,
     pub progress_unrecorded: i64,
+    pub principal: Option<String>,
 }
 
 pub(crate) fn lease_from(stored: StoredLease) -> Result<Lease, StoreError> {
@@ -261,18 +263,19 @@ pub(crate) fn lease_from(stored: StoredLease) -> Result<Lease, StoreError> {
         total: stored.total,
         progressed_at: timestamp(stored.progressed_at)?,
         progress_unrecorded: stored.progress_unrecorded != 0,
+        principal: stored.principal,
     })
 }
 
 /// Inserts or replaces one lease row ([`lease_cells`] are its parameters).
 pub(crate) const PUT_LEASE: &str = "INSERT OR REPLACE INTO task_leases (claim_token, operation_id, worker, \
-     heartbeat_at, lease_expires_at, phase, processed, total, progressed_at, progress_unrecorded) \
-     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+     heartbeat_at, lease_expires_at, phase, processed, total, progressed_at, progress_unrecorded, principal) \
+     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
 
 pub(crate) const DELETE_LEASE: &str = "DELETE FROM task_leases WHERE claim_token = ?";
 
 /// A lease's cells in [`LEASE_COLUMNS`] order.
-pub(crate) fn lease_cells(lease: &Lease) -> [Cell; 10] {
+pub(crate) fn lease_cells(lease: &Lease) -> [Cell; 11] {
     [
         Cell::Text(lease.claim_token.clone()),
         Cell::Uuid(lease.operation_id.0),
@@ -284,6 +287,7 @@ pub(crate) fn lease_cells(lease: &Lease) -> [Cell; 10] {
         lease.total.map_or(Cell::Null, Cell::Integer),
         lease.progressed_at.map_or(Cell::Null, Cell::Timestamp),
         Cell::Bool(lease.progress_unrecorded),
+        lease.principal.clone().map_or(Cell::Null, Cell::Text),
     ]
 }
 

@@ -485,6 +485,7 @@ fn decode_lease(row: &rusqlite::Row<'_>) -> Result<Lease, StoreError> {
             total: row.get(7)?,
             progressed_at: row.get(8)?,
             progress_unrecorded: row.get(9)?,
+            principal: row.get(10)?,
         })
     })()
     .map_err(|error| map_rusqlite(error, "reading a lease"))?;

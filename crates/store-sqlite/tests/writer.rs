@@ -20,6 +20,7 @@ fn lease(token: &str, processed: i64) -> Lease {
         total: None,
         progressed_at: None,
         progress_unrecorded: false,
+        principal: None,
     }
 }
 

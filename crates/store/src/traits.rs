@@ -94,6 +94,11 @@ pub struct Lease {
     /// Counters changed since the last progress event: the outcome records
     /// them on the timeline as the final counts.
     pub progress_unrecorded: bool,
+    /// The authenticated principal that took the claim (the HTTP service's
+    /// token name), when one did: only it may report on the claim there.
+    /// `None` for claims taken where callers are not told apart (the CLI,
+    /// the library).
+    pub principal: Option<String>,
 }
 
 /// What the last check of the log's integrity (`opledger replay --verify`)

@@ -109,7 +109,7 @@ pub async fn create_export<S: Store>(
         }
         _ => {}
     }
-    crate::supervisor::sweep_files(dir, limits, engine.now());
+    crate::supervisor::sweep_files(engine, dir, limits).await;
     if live_supervisors(dir, engine.now(), limits.staleness)?.is_empty() {
         return Err(unavailable(format!(
             "no supervisor is running for the artifact directory {}: start `opledger supervise` first",

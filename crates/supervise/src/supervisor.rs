@@ -268,7 +268,7 @@ impl<S: Store> Supervisor<S> {
     /// expired artifacts and leftover temporary files removed, jobs that
     /// waited too long or lost their supervisor failed.
     pub async fn patrol(&self) -> Result<(), SuperviseError> {
-        sweep_files(&self.dir, &self.options.limits, self.engine.now());
+        sweep_files(&self.engine, &self.dir, &self.options.limits).await;
         let context = context(&self.options.name);
         for row in self.listed(vec![OperationStatus::Queued]).await? {
             if !self.overdue(row.created_at) {
@@ -372,21 +372,42 @@ pub(crate) async fn fail<S: Store>(
     Ok(())
 }
 
-/// Removes expired artifacts (older than the expiry) and temporary files
-/// whose job's execution lock nobody holds. Run by every supervisor on its
-/// patrol and at every registration.
-pub fn sweep_files(dir: &ArtifactDir, limits: &Limits, now: Timestamp) {
+/// Removes expired artifacts and temporary files whose job's execution
+/// lock nobody holds. Run by every supervisor on its patrol and at every
+/// registration.
+///
+/// An artifact expires at the time its job recorded (`expires_at`), never
+/// by this sweeper's own expiry limit: supervisors started with different
+/// limits share one directory. Only a file no succeeded job records (its
+/// job failed after writing it, or it is not a job's) is judged by its
+/// age against this sweeper's limit.
+pub async fn sweep_files<S: Store>(engine: &Engine<S>, dir: &ArtifactDir, limits: &Limits) {
+    let now = engine.now();
     if let Ok(entries) = std::fs::read_dir(dir.files_dir()) {
         for entry in entries.flatten() {
-            // A file's age is its modification time against the engine's
-            // clock: it was renamed into `files/` when its job succeeded.
-            let expired = entry
-                .metadata()
-                .and_then(|metadata| metadata.modified())
-                .ok()
-                .and_then(|modified| modified.duration_since(std::time::UNIX_EPOCH).ok())
-                .and_then(|since| i64::try_from(since.as_micros()).ok())
-                .is_some_and(|written| !fresh(Timestamp::from_micros(written), now, limits.expiry));
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let job = name.split('.').next().and_then(|stem| stem.parse::<OperationId>().ok());
+            let recorded = match job {
+                Some(job) => match crate::jobs::output_of(engine, job).await {
+                    Ok(output) => output.filter(|output| output.artifact.file == name),
+                    // Its record cannot be read now: the next sweep decides.
+                    Err(_) => continue,
+                },
+                None => None,
+            };
+            let expired = match recorded {
+                Some(output) => output.artifact.expires_at <= now,
+                // A file's age is its modification time against the
+                // engine's clock: it was renamed into `files/` when its
+                // job succeeded.
+                None => entry
+                    .metadata()
+                    .and_then(|metadata| metadata.modified())
+                    .ok()
+                    .and_then(|modified| modified.duration_since(std::time::UNIX_EPOCH).ok())
+                    .and_then(|since| i64::try_from(since.as_micros()).ok())
+                    .is_some_and(|written| !fresh(Timestamp::from_micros(written), now, limits.expiry)),
+            };
             if expired {
                 let _ = std::fs::remove_file(entry.path());
             }

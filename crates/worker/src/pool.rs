@@ -560,6 +560,7 @@ async fn claim<S: Store>(
                 worker: shared.settings.name.clone(),
                 lease_ms: shared.settings.lease.millis(),
                 limit,
+                principal: None,
             },
         )
         .await

@@ -22,9 +22,13 @@ impl InputKind {
     fn accepts(self, value: &Value) -> bool {
         match self {
             InputKind::String => value.is_string(),
-            // 256.0 is the integer 256 (and canonicalizes to the same text).
+            // 256.0 is the integer 256 (and canonicalizes to the same text);
+            // an integer is a signed 64-bit one, so 1e30 and 2^64 - 1 are not.
             InputKind::Integer => {
-                value.is_i64() || value.is_u64() || value.as_f64().is_some_and(|number| number.fract() == 0.0)
+                value.is_i64()
+                    || value.as_f64().is_some_and(|number| {
+                        number.fract() == 0.0 && (i64::MIN as f64..i64::MAX as f64).contains(&number)
+                    })
             }
             InputKind::Number => value.is_number(),
             InputKind::Boolean => value.is_boolean(),
@@ -35,7 +39,7 @@ impl InputKind {
     fn name(self) -> &'static str {
         match self {
             InputKind::String => "a string",
-            InputKind::Integer => "an integer",
+            InputKind::Integer => "an integer (of 64 bits)",
             InputKind::Number => "a number",
             InputKind::Boolean => "a boolean",
             InputKind::Object => "an object",

@@ -192,6 +192,45 @@ impl KindDeclaration {
 
 /// Checks a kind, capability, input or media-kind name: `[a-z][a-z0-9_.]*`,
 /// at most [`MAX_NAME_LEN`] bytes.
+/// The catalogue holds at most `max` declared kinds: `declared` are there,
+/// `adding` would be new. A catalogue is read whole by some commands and
+/// shown whole by `kinds list`, so its size is bounded.
+pub fn check_catalogue_size(declared: usize, adding: usize, max: usize) -> Result<(), DomainError> {
+    if adding == 0 || declared + adding <= max {
+        return Ok(());
+    }
+    Err(DomainError::InvalidInput(format!(
+        "the catalogue may hold {max} task kinds; it holds {declared} and this declares {adding} more \
+         (raise the bound with --max-kinds)"
+    )))
+}
+
+/// The media kinds every ledger knows: what the reference pipeline's
+/// classification gives a file.
+pub const BUILT_IN_MEDIA_KINDS: &[&str] = &["image", "video", "audio", "other"];
+
+/// Whether an item of `media_kind` may be registered: a built-in media kind,
+/// or one a declared kind (of `declared`) applies to — anything else is a
+/// kind no task could ever run on, most likely a typo.
+pub fn check_media_kind<'a>(
+    media_kind: &str,
+    declared: impl IntoIterator<Item = &'a KindDeclaration>,
+) -> Result<(), DomainError> {
+    check_name("media kind", media_kind)?;
+    let known = BUILT_IN_MEDIA_KINDS.contains(&media_kind)
+        || declared
+            .into_iter()
+            .any(|kind| kind.applies_to.iter().any(|applies| applies == media_kind));
+    if known {
+        return Ok(());
+    }
+    Err(DomainError::InvalidInput(format!(
+        "media kind {:?} is none of {} and no declared task kind applies to it",
+        short(media_kind),
+        BUILT_IN_MEDIA_KINDS.join(", ")
+    )))
+}
+
 pub fn check_name(what: &str, name: &str) -> Result<(), DomainError> {
     let mut chars = name.chars();
     let well_formed = name.len() <= MAX_NAME_LEN

@@ -31,6 +31,10 @@ use std::collections::BTreeMap;
 /// The reason recorded on declarations `kinds apply` appends.
 pub const APPLY_REASON: &str = "kinds apply";
 
+/// The most task kinds a catalogue holds unless the engine is told more
+/// ([`Engine::with_max_kinds`]).
+pub const DEFAULT_MAX_KINDS: usize = 1_000;
+
 /// What applying a file did (or, refused or dry, would do) to each kind.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct KindsReport {
@@ -184,6 +188,7 @@ impl<S: Store> Engine<S> {
     ) -> Result<KindsReport, EngineError> {
         let stamp = self.stamp(context);
         let document = document.clone();
+        let max_kinds = self.max_kinds;
         let (mut report, bumped) = self
             .stamped(stamp, move |tx, _rows, stamp| {
                 Box::pin(async move {
@@ -233,6 +238,9 @@ impl<S: Store> Engine<S> {
                             error,
                         });
                     }
+                    let adding = kinds.iter().filter(|kind| kind.status == KindStatus::Declared).count();
+                    let declared = recorded.values().filter(|row| row.declared).count();
+                    opledger_domain::kinds::check_catalogue_size(declared, adding, max_kinds)?;
                     let applied = !refused && !dry_run;
                     let appends = if applied && !events.is_empty() {
                         // One stream: every declaration moves its version,

@@ -7,7 +7,7 @@
 use super::{load_claimed, stale_claim, state_append};
 use crate::error::EngineError;
 use crate::idempotency::RequestId;
-use crate::load::{all_kinds, undeclared};
+use crate::load::{all_kinds, load_kinds, undeclared};
 use crate::tx::{command_time, spawnable, CommandContext, Decided};
 use crate::Engine;
 use opledger_domain::projections::{state_locations, Row, MEDIA_TABLE, REGIONS_TABLE};
@@ -35,6 +35,10 @@ pub struct ClaimRequest {
     pub lease_ms: i64,
     /// How many tasks to take at most (1 ..= [`MAX_CLAIM_BATCH`]).
     pub limit: usize,
+    /// The authenticated principal taking the claims, where callers are
+    /// told apart (the HTTP service): kept with each lease, so that a
+    /// report can be refused to anyone else. `None` on the CLI.
+    pub principal: Option<String>,
 }
 
 /// One claimed task, everything a worker needs to run it and report back.
@@ -104,9 +108,7 @@ impl<S: Store> Engine<S> {
                     request.limit
                 )));
             }
-            if request.worker.trim().is_empty() {
-                return Err(EngineError::invalid("a claim needs a worker name"));
-            }
+            work::check_worker_name(&request.worker)?;
             let once = context.once(
                 "task.claim",
                 json!({"kinds": request.kinds, "worker": request.worker, "lease_ms": request.lease_ms, "limit": request.limit}),
@@ -120,15 +122,15 @@ impl<S: Store> Engine<S> {
                     // not this host's.
                     let now = stamp.recorded_at;
                     let lease_expires_at = lease.ends_at(now);
-                    if !request.kinds.is_empty() {
-                        let kinds = all_kinds(tx).await?;
-                        if let Some(unknown) = request
-                            .kinds
-                            .iter()
-                            .find(|kind| !kinds.iter().any(|row| row.declared && row.name == **kind))
-                        {
-                            return Err(undeclared(unknown, &kinds));
-                        }
+                    // Only the kinds asked for are read: a claim costs the
+                    // same however many kinds the catalogue holds.
+                    let asked = load_kinds(tx, rows, request.kinds.iter().map(String::as_str)).await?;
+                    if let Some(unknown) = request
+                        .kinds
+                        .iter()
+                        .find(|kind| !asked.get(*kind).is_some_and(|row| row.declared))
+                    {
+                        return Err(undeclared(unknown, &all_kinds(tx).await?));
                     }
                     let query = ClaimQuery {
                         kinds: request.kinds,
@@ -174,6 +176,7 @@ impl<S: Store> Engine<S> {
                             total: None,
                             progressed_at: None,
                             progress_unrecorded: false,
+                            principal: request.principal.clone(),
                         })
                         .await?;
                         claims.push(TaskClaim {

@@ -56,6 +56,7 @@ fn claim(kinds: &[&str], worker: &str) -> ClaimRequest {
         worker: worker.into(),
         lease_ms: 30_000,
         limit: 10,
+        principal: None,
     }
 }
 

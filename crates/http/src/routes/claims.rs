@@ -4,9 +4,12 @@
 //! reports in one transaction are [`super::reports`].
 //!
 //! Every report is fenced by the engine exactly as on the CLI: a stale
-//! token or revision is 409 and appends nothing. A worker token limited to
-//! task kinds may report only on claims of those kinds, so the claim's
-//! task is looked up (one read) before such a token's report. A long-poll
+//! token or revision is 409 and appends nothing. A claim is bound to the
+//! principal (token name) that took it: its lease is looked up (one read)
+//! before a report, and another principal's report is 403 and appends
+//! nothing; a worker token limited to task kinds may report only on claims
+//! of those kinds. The actor recorded is always the principal, with the
+//! worker name the body gives beside it. A long-poll
 //! waits on the service's wake (bumped by every commit of this process and
 //! by the head poll for other processes' commits), never re-reading the
 //! database in a loop; it rechecks every [`CLAIM_RECHECK`] so a retry
@@ -20,6 +23,7 @@ use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::extract::{parse_uuid, Caller, IdempotencyKey, JsonBody, OptionalBody};
 use axum::extract::{Path, State};
 use axum::Json;
+use opledger_domain::quoted;
 use opledger_engine::{ClaimRequest, CommandContext, Completion, Fence, Progress, TaskClaim};
 use opledger_store::Store;
 use serde::{Deserialize, Serialize};
@@ -125,10 +129,11 @@ pub async fn claim<S: Store>(
         worker: body.worker.clone(),
         lease_ms: body.lease_ms.unwrap_or(DEFAULT_LEASE_MS),
         limit: body.limit.unwrap_or(1),
+        principal: Some(caller.name.clone()),
     };
     // Under a key, a claim that took nothing is not recorded (see
     // `Engine::claim_tasks`): the long poll tries again under the same key.
-    let context = key.context(body.worker);
+    let context = key.context(actor(&caller, Some(&body.worker)));
     let wait = Duration::from_millis(body.wait_ms).min(app.config().max_wait);
     let deadline = Instant::now() + wait;
     // Subscribed before the first try, so a commit between a try and the
@@ -168,7 +173,7 @@ pub struct FenceFields {
     /// The revision claimed; checked when given.
     #[serde(default)]
     pub revision: Option<String>,
-    /// Recorded as the actor (the token's name when absent).
+    /// The worker's name, recorded beside the token's name as the actor.
     #[serde(default)]
     pub worker: Option<String>,
 }
@@ -190,15 +195,23 @@ pub(crate) async fn fenced<S: Store>(
 }
 
 pub(crate) fn context(caller: &Caller, fields: &FenceFields, key: &IdempotencyKey) -> CommandContext {
-    key.context(fields.worker.clone().unwrap_or_else(|| caller.name.clone()))
+    key.context(actor(caller, fields.worker.as_deref()))
 }
 
-/// A token limited to task kinds reports only on claims of those kinds.
-/// An unknown claim is left to the engine, which answers 409.
-async fn may_report_on<S: Store>(app: &App<S>, caller: &Caller, token: &str) -> ApiResult<()> {
-    if caller.kinds.is_empty() || caller.role == Some(Role::Admin) {
-        return Ok(());
+/// The actor a command of `caller` records: the authenticated principal,
+/// with the worker name the body gives beside it when that differs, so the
+/// log answers which token did it.
+pub(crate) fn actor(caller: &Caller, worker: Option<&str>) -> String {
+    match worker {
+        Some(worker) if worker != caller.name => format!("{} (worker {worker})", caller.name),
+        _ => caller.name.clone(),
     }
+}
+
+/// A claim is reported on only by the principal that took it (403
+/// otherwise), and a token limited to task kinds reports only on claims of
+/// those kinds. An unknown claim is left to the engine, which answers 409.
+async fn may_report_on<S: Store>(app: &App<S>, caller: &Caller, token: &str) -> ApiResult<()> {
     let lease = app
         .engine()
         .store()
@@ -206,6 +219,19 @@ async fn may_report_on<S: Store>(app: &App<S>, caller: &Caller, token: &str) -> 
         .await
         .map_err(|error| ApiError::from(opledger_engine::EngineError::from(error)))?;
     let Some(lease) = lease else { return Ok(()) };
+    if lease
+        .principal
+        .as_ref()
+        .is_some_and(|principal| *principal != caller.name)
+    {
+        return Err(ApiError::forbidden(format!(
+            "this claim was taken by another token; token {} may not report on it",
+            quoted(&caller.name)
+        )));
+    }
+    if caller.kinds.is_empty() || caller.role == Some(Role::Admin) {
+        return Ok(());
+    }
     if let Some(view) = app.engine().task_by_operation(lease.operation_id).await? {
         caller.may_work_on(&view.state.task_kind)?;
     }
@@ -329,11 +355,21 @@ pub struct CompleteBody {
     pub worker: Option<String>,
 }
 
-fn completion(output: Option<Value>, no_result: Option<String>) -> ApiResult<Completion> {
+pub(crate) fn completion(output: Option<Value>, no_result: Option<String>, limit: usize) -> ApiResult<Completion> {
     match (output, no_result) {
         (Some(_), Some(_)) => Err(ApiError::invalid("give output or no_result, not both")),
         (None, Some(reason)) => Ok(Completion::NoResult { reason }),
-        (output, None) => Ok(Completion::Output(output.unwrap_or(Value::Null))),
+        (output, None) => {
+            let output = output.unwrap_or(Value::Null);
+            let size = serde_json::to_string(&output).map_or(0, |text| text.len());
+            if size > limit {
+                return Err(ApiError::invalid(format!(
+                    "the output is {size} bytes as JSON, more than the {limit} an output may take \
+                     (the service's --max-text-bytes)"
+                )));
+            }
+            Ok(Completion::Output(output))
+        }
     }
 }
 
@@ -356,7 +392,7 @@ pub async fn complete<S: Store>(
         worker: body.worker,
     };
     let fence = fenced(&app, &caller, &token, &fields).await?;
-    let completion = completion(body.output, body.no_result)?;
+    let completion = completion(body.output, body.no_result, app.config().max_text_bytes)?;
     let outcome = app
         .engine()
         .complete_task(&context(&caller, &fields, &key), &fence, completion)

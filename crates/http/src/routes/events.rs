@@ -146,7 +146,8 @@ pub struct StreamedEvent {
     responses(
         (status = 200, description = "An event stream (`text/event-stream`): one SSE event per log event.",
             content_type = "text/event-stream", body = StreamedEvent),
-        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 422, body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn events<S: Store>(
     State(app): State<App<S>>,
@@ -166,6 +167,12 @@ pub async fn events<S: Store>(
                 .ok_or_else(|| ApiError::malformed("Last-Event-ID is not a seq (a whole number)"))?,
         ),
     };
+    let head = app
+        .engine()
+        .store()
+        .head()
+        .await
+        .map_err(opledger_engine::EngineError::from)?;
     let after = match resume.or(query.after) {
         Some(after) if after < 0 => {
             return Err(ApiError::malformed(format!(
@@ -173,13 +180,15 @@ pub async fn events<S: Store>(
                 quoted(&after.to_string())
             )))
         }
+        // A position the log has not reached would be silent until it
+        // does, and then skip every event up to it: refused, as `as_of_seq`.
+        Some(after) if after > head => {
+            return Err(ApiError::invalid(format!(
+                "after {after} is past the log's head ({head}): resume from a seq this ledger has given"
+            )))
+        }
         Some(after) => after,
-        None => app
-            .engine()
-            .store()
-            .head()
-            .await
-            .map_err(opledger_engine::EngineError::from)?,
+        None => head,
     };
     let heartbeat = app.config().sse_heartbeat;
     let wake = app.wake().subscribe();
@@ -261,6 +270,7 @@ impl<S: Store> Tail<S> {
             };
             read += 1;
             self.after = envelope.seq;
+            let envelope = envelope.for_readers();
             let json = match serde_json::to_value(&envelope) {
                 Ok(json) => json,
                 Err(error) => {

@@ -14,6 +14,7 @@ use crate::app::App;
 use crate::auth::Role;
 use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::extract::{Caller, Params};
+use crate::files::file_headers;
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderValue, Method};
@@ -82,7 +83,7 @@ pub async fn file<S: Store>(
             .filter(|attempt| attempt.job == job)
             .ok_or_else(|| unknown(attempt_id, job))?;
         return match attempt.state {
-            AttemptState::Pending => Ok((headers, Body::empty()).into_response()),
+            AttemptState::Pending => Ok((headers, file_headers(), Body::empty()).into_response()),
             state => Err(refused(attempt_id, Refused::Taken(state))),
         };
     }
@@ -103,7 +104,7 @@ pub async fn file<S: Store>(
     let stream = futures::stream::unfold(sending, |mut sending| async move {
         sending.next().await.map(|chunk| (chunk, sending))
     });
-    Ok((headers, Body::from_stream(stream)).into_response())
+    Ok((headers, file_headers(), Body::from_stream(stream)).into_response())
 }
 
 fn unknown(attempt_id: u64, job: OperationId) -> ApiError {

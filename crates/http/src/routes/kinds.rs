@@ -10,7 +10,7 @@
 use crate::app::App;
 use crate::auth::Role;
 use crate::error::{ApiError, ApiResult, ErrorBody};
-use crate::extract::{Caller, JsonBody};
+use crate::extract::{Caller, DocumentBody};
 use axum::extract::{Path, State};
 use axum::Json;
 use opledger_domain::projections::TaskKindRow;
@@ -157,7 +157,7 @@ impl ApplyReport {
 pub async fn apply<S: Store>(
     State(app): State<App<S>>,
     caller: Caller,
-    JsonBody(body): JsonBody<Apply>,
+    DocumentBody(body): DocumentBody<Apply>,
 ) -> ApiResult<Json<ApplyReport>> {
     caller.require(Role::Admin)?;
     if body.document.contains('\0') {

@@ -3,8 +3,9 @@
 //! thumbnail's file, and registering one (admin).
 //!
 //! It must not know where thumbnails come from beyond what the engine's
-//! detail names (the thumbnail task's output path) nor any registry rule:
-//! the engine refuses what is invalid.
+//! detail names (the thumbnail task's output path, untrusted: `files`
+//! decides whether it may be served) nor any registry rule: the engine
+//! refuses what is invalid.
 
 use super::ops::OperationView;
 use super::params::Query;
@@ -12,6 +13,7 @@ use crate::app::App;
 use crate::auth::Role;
 use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::extract::{parse_uuid, Caller, JsonBody, Params};
+use crate::files::{file_headers, Refusal};
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -357,17 +359,24 @@ pub async fn capabilities<S: Store>(
     }))
 }
 
-/// The current revision's thumbnail file, with its content type and the
-/// revision as its `ETag` (`If-None-Match` with it answers 304). 404 when
-/// the item has no succeeded thumbnail or its file is gone.
+/// The current revision's thumbnail file, with its content type decided
+/// from its bytes and the revision as its `ETag` (`If-None-Match` with it
+/// answers 304). 404 when the item has no succeeded thumbnail, or its
+/// recorded file is gone, outside the ledger's output directories, not a
+/// regular file or over the size limit; 415 when the file is no raster
+/// image (PNG, JPEG, WebP, GIF, AVIF). A refusal is logged with the
+/// operation that recorded the path.
 #[utoipa::path(get, path = "/api/v1/media/{id}/thumbnail", tag = "read",
     params(("id" = String, Path, description = "The media item's id", format = Uuid)),
     responses(
-        (status = 200, description = "The thumbnail's bytes", content_type = "application/octet-stream",
-            headers(("ETag" = String, description = "The revision the thumbnail is of"))),
+        (status = 200, description = "The thumbnail's bytes, streamed", content_type = "image/png",
+            headers(("ETag" = String, description = "The revision the thumbnail is of"),
+                ("X-Content-Type-Options" = String, description = "`nosniff`"),
+                ("Content-Security-Policy" = String, description = "`default-src 'none'; sandbox`"),
+                ("Cross-Origin-Resource-Policy" = String, description = "`same-origin`"))),
         (status = 304, description = "The thumbnail is the one the client holds"),
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
-        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 415, body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn thumbnail<S: Store>(
     State(app): State<App<S>>,
@@ -391,24 +400,32 @@ pub async fn thumbnail<S: Store>(
     let etag = format!("\"{}\"", revision.replace(['"', '\\'], ""));
     let etag_value =
         HeaderValue::from_str(&etag).map_err(|_| ApiError::internal("a revision is not a header value"))?;
+    let outputs = app.config().outputs.clone();
+    let opened = tokio::task::spawn_blocking(move || outputs.open_image(&path))
+        .await
+        .map_err(|_| ApiError::internal("opening a thumbnail failed; it is logged"))?;
+    let image = opened.map_err(|refusal| {
+        tracing::warn!(media = %media_id, operation = %capability.operation_id, %refusal,
+            "a recorded thumbnail path was refused");
+        match refusal {
+            Refusal::NotRaster => ApiError::unsupported_media(format!(
+                "the thumbnail file of media {media_id} is not a PNG, JPEG, WebP, GIF or AVIF image"
+            )),
+            _ => ApiError::not_found(format!("media {media_id} has no thumbnail the service may serve")),
+        }
+    })?;
     if matches_etag(&headers, &etag) {
         return Ok((StatusCode::NOT_MODIFIED, [(header::ETAG, etag_value)]).into_response());
     }
-    let bytes = tokio::fs::read(&path).await.map_err(|error| {
-        ApiError::not_found(format!(
-            "the thumbnail file of media {media_id} cannot be read ({}): {}",
-            error.kind(),
-            quoted(&path)
-        ))
-    })?;
-    let content_type = content_type(&bytes, &path);
     Ok((
         [
-            (header::CONTENT_TYPE, HeaderValue::from_static(content_type)),
+            (header::CONTENT_TYPE, HeaderValue::from_static(image.content_type())),
+            (header::CONTENT_LENGTH, HeaderValue::from(image.len())),
             (header::ETAG, etag_value),
             (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
         ],
-        bytes,
+        file_headers(),
+        image.into_body(),
     )
         .into_response())
 }
@@ -422,35 +439,6 @@ fn matches_etag(headers: &HeaderMap, etag: &str) -> bool {
         .flat_map(|value| value.split(','))
         .map(|tag| tag.trim().trim_start_matches("W/"))
         .any(|tag| tag == etag || tag == "*")
-}
-
-/// An image's content type by its first bytes, else by its extension.
-fn content_type(bytes: &[u8], path: &str) -> &'static str {
-    if bytes.starts_with(b"\x89PNG\r\n\x1a\n") {
-        return "image/png";
-    }
-    if bytes.starts_with(&[0xFF, 0xD8, 0xFF]) {
-        return "image/jpeg";
-    }
-    if bytes.starts_with(b"GIF87a") || bytes.starts_with(b"GIF89a") {
-        return "image/gif";
-    }
-    if bytes.len() >= 12 && &bytes[..4] == b"RIFF" && &bytes[8..12] == b"WEBP" {
-        return "image/webp";
-    }
-    let extension = std::path::Path::new(path)
-        .extension()
-        .and_then(|extension| extension.to_str())
-        .map(str::to_ascii_lowercase);
-    match extension.as_deref() {
-        Some("png") => "image/png",
-        Some("jpg" | "jpeg") => "image/jpeg",
-        Some("gif") => "image/gif",
-        Some("webp") => "image/webp",
-        Some("avif") => "image/avif",
-        Some("svg") => "image/svg+xml",
-        _ => "application/octet-stream",
-    }
 }
 
 /// A media item to register: what `opledger media add` takes.

@@ -5,7 +5,7 @@
 //! own, in order; a fenced-out one is its item's `conflict` and the rest
 //! still apply. It must not know SQL or the backend.
 
-use super::claims::{context, fenced, FenceFields};
+use super::claims::{completion, context, fenced, FenceFields};
 use super::work::{item_error, TaskOutcomeAnswer, MAX_BATCH};
 use crate::app::App;
 use crate::auth::Role;
@@ -81,8 +81,9 @@ async fn outcome_report<S: Store>(app: &App<S>, caller: &Caller, report: ReportB
         worker: report.worker,
     };
     let fence = fenced(app, caller, &report.claim_token, &fields).await?;
+    let limit = app.config().max_text_bytes;
     let outcome = match report.outcome {
-        ReportKind::Complete => ClaimOutcome::Complete(Completion::Output(report.output.unwrap_or(Value::Null))),
+        ReportKind::Complete => ClaimOutcome::Complete(completion(report.output, None, limit)?),
         ReportKind::NoResult => ClaimOutcome::Complete(Completion::NoResult {
             reason: report.reason.unwrap_or_default(),
         }),
