@@ -779,6 +779,10 @@ pub enum Workload {
 pub enum DocsCommand {
     /// Print docs/state-machines.md as generated from the transition table.
     StateMachines,
+    /// Print docs/cli.md: every command with its help, arguments and options.
+    Cli,
+    /// Print docs/http.md: every route of the OpenAPI document, and its schemas.
+    Http,
 }
 
 #[derive(Debug, Subcommand)]

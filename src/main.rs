@@ -37,6 +37,7 @@ macro_rules! println {
 
 mod batch;
 mod cli;
+mod docs;
 mod explain;
 mod ingest;
 mod kinds;
@@ -267,10 +268,12 @@ fn exit_code(error: &anyhow::Error) -> u8 {
 
 async fn run(cli: Cli) -> anyhow::Result<Outcome> {
     match &cli.command {
-        Command::Docs {
-            command: DocsCommand::StateMachines,
-        } => {
-            print!("{}", opledger_domain::state_machine_doc::render());
+        Command::Docs { command } => {
+            match command {
+                DocsCommand::StateMachines => print!("{}", opledger_domain::state_machine_doc::render()),
+                DocsCommand::Cli => print!("{}", docs::cli_reference()),
+                DocsCommand::Http => print!("{}", docs::http_reference()),
+            }
             return Ok(Outcome::Ok);
         }
         Command::Bench(args) => {

@@ -20,8 +20,8 @@
 //! synced only at checkpoints); the test measures how many per crash point
 //! and prints it, and asserts only what SQLite promises there: what
 //! survives is a prefix of what was acknowledged (no gaps), the database is
-//! intact and replay agrees. docs/architecture.md ("SQLite specifics")
-//! records the measured window.
+//! intact and replay agrees. docs/benchmarks.md ("Durability on power
+//! loss") records the measured window.
 //!
 //! That the VFS really drops unsynced writes is proven on its own, in
 //! `crates/testkit/tests/powerloss_vfs.rs`; here the NORMAL run losing

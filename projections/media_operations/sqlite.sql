@@ -54,7 +54,7 @@ CREATE TABLE {{t:media_operations}} (
 -- those of one media item, each walked in (created_at, id) order from a
 -- keyset position (`ops list`). Their columns never change after an
 -- operation is created, so no status change rewrites an entry; a filter on
--- status is checked on the rows the walk passes (docs/architecture.md,
+-- status is checked on the rows the walk passes (docs/queries.md,
 -- "The query layer").
 CREATE INDEX {{t:media_operations}}_by_created ON {{r:media_operations}} (created_at, id);
 CREATE INDEX {{t:media_operations}}_by_kind ON {{r:media_operations}} (kind, created_at, id);

@@ -3,7 +3,7 @@
 -- the r: placeholder where it is referenced, so the same text creates the live
 -- tables, a shadow copy, or a scratch copy in another schema.
 -- Entity tables are rowid tables keyed by a unique text PRIMARY KEY; only the
--- small counts tables are WITHOUT ROWID (why: docs/architecture.md, "Entity
+-- small counts tables are WITHOUT ROWID (why: docs/storage.md, "Entity
 -- tables are rowid tables").
 CREATE TABLE {{t:media}} (
     id             TEXT    PRIMARY KEY NOT NULL,

@@ -7,7 +7,7 @@
 //! operation (`created_at, id`). Statuses, several kinds and the worker are
 //! checked on the rows the walk passes; none of them has an index, since a
 //! status changes with every step of the work protocol and each change
-//! would rewrite an entry (docs/architecture.md, "The query layer").
+//! would rewrite an entry (docs/queries.md, "The query layer").
 
 use super::{cut, page_of, window, Listing, Page, PageRequest, JOINED_WALK_PER_PAGE, WALK_PER_PAGE};
 use crate::error::EngineError;
