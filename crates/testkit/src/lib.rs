@@ -31,6 +31,8 @@
 pub mod faults;
 pub mod postgres;
 pub mod powerloss;
+#[cfg(test)]
+mod powerloss_vfs_tests;
 pub mod sqlite;
 
 pub use opledger_store_conformance::Harness;

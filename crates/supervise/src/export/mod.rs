@@ -11,6 +11,8 @@
 
 pub mod child;
 pub mod fold;
+#[cfg(test)]
+mod fold_tests;
 pub mod records;
 pub mod spilled;
 pub mod write;
