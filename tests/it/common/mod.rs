@@ -5,7 +5,6 @@
 //! Each test binary includes this module (`mod common;`) and uses a part
 //! of it, so the helpers another binary uses would be dead code in this
 //! one: hence the allowance below, for this module only.
-#![allow(dead_code)]
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};

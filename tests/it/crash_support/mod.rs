@@ -11,7 +11,6 @@
 //! Each test binary includes this module and uses a part of it, so the
 //! helpers another binary uses would be dead code in this one: hence the
 //! allowance below, for this module only.
-#![allow(dead_code)]
 
 use opledger_domain::decide::OperationCommand;
 use opledger_domain::events::{Event, MediaRegistered, MediaUpdated, OperationTarget};

@@ -22,7 +22,6 @@
 //! Each test binary that includes it uses a part of it, so what another
 //! uses would be dead code in this one: hence the allowance, for this
 //! module only.
-#![allow(dead_code)]
 
 use super::{HistoryWriter, Record};
 use futures::TryStreamExt;

@@ -2,7 +2,6 @@
 //! on a folder, `replay --verify`, the ledger read back on a connection of
 //! its own, and running a child without root's permission overrides (so a
 //! file or folder without permissions cannot be read, as for any user).
-#![allow(dead_code)]
 
 use crate::common::{describe, opledger};
 use futures::TryStreamExt;

@@ -1,7 +1,6 @@
 //! What the supervised-execution tests share: a ledger with its artifact
 //! directory and the children's run log, `opledger supervise` processes
 //! (SIGKILLed when dropped), and what the children and files say.
-#![allow(dead_code)]
 
 use crate::common::{assert_exit, binary, declare_pipeline, json, run, temp_db};
 use opledger_domain::events::OperationTarget;

@@ -3,7 +3,6 @@
 //! token of each role, and a client that speaks to it.
 //!
 //! Each test binary includes this module and uses a part of it.
-#![allow(dead_code)]
 
 use opledger_engine::Engine;
 use opledger_http::{App, Role, ServiceConfig, TokenEntry, Tokens};
