@@ -40,7 +40,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-const TEST: &str = "postgres_restart::postgres_restarted_under_load_loses_duplicates_and_invents_no_task_and_no_worker_hangs";
+const TEST: &str =
+    "postgres_restart::postgres_restarted_under_load_loses_duplicates_and_invents_no_task_and_no_worker_hangs";
 const WORKERS: usize = 8;
 const TASKS: usize = 600;
 const BIN: &str = env!("CARGO_BIN_EXE_opledger");

@@ -74,6 +74,7 @@ pub mod databases;
 mod ddl;
 mod error;
 mod lock;
+pub mod migrations;
 mod open;
 mod page;
 mod requests;
@@ -102,9 +103,6 @@ use sqlx::{ConnectOptions, PgConnection, PgPool, Row as _};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-
-/// The durable schema, embedded at build time (no database needed to build).
-pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/postgres");
 
 /// A handle to one PostgreSQL database. Cheap to clone; the pools live
 /// until the last clone is dropped.
@@ -290,7 +288,7 @@ async fn migrate(options: &PgConnectOptions, config: &PostgresConfig) -> Result<
         .map_err(|error| error::map(error, &format!("connecting to {}", config.describe())))?;
     let mut attempt = 0;
     let result = loop {
-        match MIGRATOR.run(&pool).await {
+        match migrations::migrator().await.run(&pool).await {
             Ok(()) => break Ok(()),
             Err(error) if attempt < 5 => {
                 tracing::debug!(%error, attempt, "migration raced another process; retrying");

@@ -69,10 +69,5 @@ pub(crate) async fn check_for_reading(
         .fetch_one(&mut *connection)
         .await
         .map_err(|error| error::map(error, &format!("reading the migrations of {described}")))?;
-    let needed = crate::MIGRATOR
-        .iter()
-        .map(|migration| migration.version)
-        .max()
-        .unwrap_or(0);
-    ledger::check_schema(&described, applied, needed)
+    ledger::check_schema(&described, applied, crate::migrations::last_version())
 }

@@ -23,6 +23,7 @@ mod config;
 mod ddl;
 mod error;
 mod lock;
+pub mod migrations;
 mod open;
 mod page;
 mod requests;
@@ -53,9 +54,6 @@ use sqlx::{ConnectOptions, Connection, Row as _, SqliteConnection};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
-
-/// The durable schema, embedded at build time (no database needed to build).
-pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/sqlite");
 
 /// How long a connection waits for another process's write lock before
 /// reporting the database unavailable.
@@ -320,7 +318,7 @@ async fn migrate(config: &SqliteConfig) -> Result<(), StoreError> {
     // the loser sees the winner's tables and succeeds on a retry.
     let mut attempt = 0;
     let result = loop {
-        match MIGRATOR.run(&pool).await {
+        match migrations::migrator().await.run(&pool).await {
             Ok(()) => break Ok(()),
             Err(error) if attempt < 5 => {
                 tracing::debug!(%error, attempt, "migration raced another process; retrying");

@@ -130,16 +130,7 @@ async fn check_ledger(connection: &mut SqliteConnection, described: &str) -> Res
         .fetch_one(&mut *connection)
         .await
         .map_err(|error| error::map(error, &format!("reading the migrations of {described}")))?;
-    ledger::check_schema(described, applied, needed_migration())
-}
-
-/// The last migration this build has.
-fn needed_migration() -> i64 {
-    crate::MIGRATOR
-        .iter()
-        .map(|migration| migration.version)
-        .max()
-        .unwrap_or(0)
+    ledger::check_schema(described, applied, crate::migrations::last_version())
 }
 
 /// Characters a `file:` URI cannot hold as they are (SQLite decodes `%XX`).

@@ -4,8 +4,9 @@
 //! expected-version check and numbering), the projection-position check,
 //! what a page of a paged walk is (`page`), the pieces of work a
 //! group-committing writer queues, the naming of the projection tables'
-//! copies, the log's decoding and paging, and what a ledger's named locks
-//! are (`lock`).
+//! copies, the log's decoding and paging, what a ledger's named locks
+//! are (`lock`), and how a backend embeds its migration files
+//! (`migrations`).
 //!
 //! This crate must not know any particular database: no SQL, no driver, no
 //! SQLSTATE (`tests/architecture/sources.rs` checks that its code holds no
@@ -25,6 +26,7 @@ pub mod group_commit;
 pub mod ledger;
 pub mod lock;
 pub mod log;
+pub mod migrations;
 pub mod page;
 pub mod positions;
 mod requests;

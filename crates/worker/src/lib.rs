@@ -16,33 +16,10 @@
 //! a pool may be told to give up after a bound; compute threads can keep a
 //! [`FlightRecord`] of the claims they run, which outlives the process.
 //!
-//! ```no_run
-//! use opledger_worker::{Job, Outcome, Task, TaskError, WorkerPool};
-//! use serde_json::json;
-//!
-//! struct Metadata;
-//!
-//! impl Task for Metadata {
-//!     fn kind(&self) -> &'static str {
-//!         "metadata"
-//!     }
-//!
-//!     async fn run(&self, job: &mut Job) -> Result<Outcome, TaskError> {
-//!         job.progress("reading", 0, Some(1)).await?;
-//!         Ok(Outcome::output(json!({"digest": job.inputs()["content_digest"]})))
-//!     }
-//! }
-//!
-//! # async fn example<S: opledger_store::Store>(engine: opledger_engine::Engine<S>) {
-//! let pool = WorkerPool::builder(engine, "ingest")
-//!     .task(Metadata)
-//!     .workers(4)
-//!     .build()
-//!     .unwrap();
-//! let report = pool.run_until_idle().await.unwrap();
-//! println!("{} completed, {} failed", report.completed, report.failed);
-//! # }
-//! ```
+//! A task kind is a type implementing [`Task`]; a [`WorkerPool`] built
+//! with it over an engine runs what is requested of that kind. The
+//! example `the_crate_documentation_example_drains_what_was_requested`
+//! (`tests/it/runtime.rs`) is the whole of it, run.
 
 mod compute;
 mod files;

@@ -9,8 +9,8 @@
 use opledger_domain::kinds::legacy;
 use opledger_domain::{CapabilityStatus, DomainError, MediaId, OperationStatus, Timestamp};
 use opledger_engine::{
-    parse_kinds, ClaimRequest, CommandContext, Completion, Engine, EngineError, FixedClock, KindStatus, KindsReport,
-    SequentialIds, TaskClaim, TaskRequest, TaskTarget,
+    parse_kinds, ClaimRequest, Completion, Engine, EngineError, FixedClock, KindStatus, KindsReport, SequentialIds,
+    TaskClaim, TaskRequest, TaskTarget,
 };
 use opledger_store::Store;
 use opledger_testkit::{backend_tests, Backend};
@@ -42,16 +42,7 @@ inputs.language = { type = "string", enum = ["en", "ja", "de"], default = "en" }
 retry = { max_attempts = 2, exhausted = "dead_lettered" }
 "#;
 
-async fn engine<B: Backend>(backend: &B) -> Engine<B::Store> {
-    let clock = Arc::new(FixedClock::at(Timestamp::from_micros(1_700_000_000_000_000)));
-    let engine = Engine::with_clock(backend.open().await, clock, Arc::new(SequentialIds::default()));
-    engine.startup().await.unwrap();
-    engine
-}
-
-fn context() -> CommandContext {
-    CommandContext::actor("test")
-}
+use crate::support::{context, engine};
 
 async fn apply<S: Store>(engine: &Engine<S>, text: &str) -> KindsReport {
     engine

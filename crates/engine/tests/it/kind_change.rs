@@ -7,11 +7,11 @@
 //! and replay agrees. The same steps with content of the same kind queue
 //! the task for the new revision.
 
+use crate::support;
 use opledger_domain::events::{Event, MediaUpdated};
-use opledger_domain::{MediaId, NewEvent, OperationStatus, StreamId, Timestamp};
+use opledger_domain::{MediaId, NewEvent, OperationStatus, StreamId};
 use opledger_engine::{
-    parse_kinds, BatchRequest, ClaimRequest, CommandContext, Completion, Engine, FixedClock, PageRequest,
-    SequentialIds, TaskClaim, TaskRequest, TaskTarget,
+    BatchRequest, ClaimRequest, Completion, Engine, FixedClock, PageRequest, TaskClaim, TaskRequest, TaskTarget,
 };
 use opledger_store::{ExpectedVersion, Store, StreamAppend};
 use opledger_testkit::{backend_tests, Backend};
@@ -39,9 +39,7 @@ enum End {
     Expires,
 }
 
-fn context() -> CommandContext {
-    CommandContext::actor("test")
-}
+use crate::support::context;
 
 fn digest(n: u8) -> String {
     format!("sha256:{}", format!("{n:02x}").repeat(32))
@@ -73,13 +71,8 @@ async fn claim<S: Store>(engine: &Engine<S>) -> Vec<TaskClaim> {
 }
 
 async fn engine<B: Backend>(backend: &B) -> (Engine<B::Store>, Arc<FixedClock>) {
-    let clock = Arc::new(FixedClock::at(Timestamp::from_micros(1_700_000_000_000_000)));
-    let engine = Engine::with_clock(backend.open().await, clock.clone(), Arc::new(SequentialIds::default()));
-    engine.startup().await.unwrap();
-    engine
-        .apply_kinds(&context(), &parse_kinds(PIPELINE).unwrap(), false)
-        .await
-        .unwrap();
+    let (engine, clock) = support::engine_with_clock(backend).await;
+    support::declare(&engine, PIPELINE).await;
     (engine, clock)
 }
 

@@ -2,6 +2,8 @@
 //! helpers they share declared once (see tests/README.md at the
 //! workspace root for what each topic proves).
 
+mod support;
+
 mod batches_review;
 mod clock_skew;
 mod commands;

@@ -5,12 +5,12 @@
 //! result leaves it blocked with that reason, in the review queue only for
 //! a required kind; reopening the need puts it back to waiting.
 
+use crate::support;
 use opledger_domain::kinds::DEPENDENCY_SATISFIED;
 use opledger_domain::review::ReviewAction;
 use opledger_domain::{CapabilityStatus, Event, MediaId, OperationId, OperationStatus, Timestamp};
 use opledger_engine::{
-    parse_kinds, ClaimRequest, CommandContext, Completion, Engine, FixedClock, SequentialIds, TaskClaim, TaskRequest,
-    TaskTarget,
+    parse_kinds, ClaimRequest, Completion, Engine, FixedClock, SequentialIds, TaskClaim, TaskRequest, TaskTarget,
 };
 use opledger_store::Store;
 use opledger_testkit::{backend_tests, Backend};
@@ -56,20 +56,12 @@ needs = ["faces", "metadata"]
 "#;
 
 async fn engine<B: Backend>(backend: &B) -> Engine<B::Store> {
-    let clock = Arc::new(FixedClock::at(Timestamp::from_micros(1_700_000_000_000_000)));
-    let engine = Engine::with_clock(backend.open().await, clock, Arc::new(SequentialIds::default()));
-    engine.startup().await.unwrap();
-    let report = engine
-        .apply_kinds(&context(), &parse_kinds(PIPELINE).unwrap(), false)
-        .await
-        .unwrap();
-    assert!(report.refused().next().is_none(), "{report:?}");
+    let engine = support::engine(backend).await;
+    support::declare(&engine, PIPELINE).await;
     engine
 }
 
-fn context() -> CommandContext {
-    CommandContext::actor("test")
-}
+use crate::support::context;
 
 async fn item<S: Store>(engine: &Engine<S>, path: &str) -> MediaId {
     engine

@@ -4,23 +4,18 @@
 //! fenced like every report (a stale token changes nothing); a cancel
 //! requested meanwhile is finished instead; replay agrees.
 
+use crate::support;
 use opledger_domain::kinds::legacy;
-use opledger_domain::{OperationStatus, Timestamp};
-use opledger_engine::{
-    ClaimRequest, CommandContext, Engine, EngineError, Fence, FixedClock, SequentialIds, TaskClaim, TaskRequest,
-    TaskTarget,
-};
+use opledger_domain::OperationStatus;
+use opledger_engine::{ClaimRequest, CommandContext, Engine, EngineError, Fence, TaskClaim, TaskRequest, TaskTarget};
 use opledger_store::Store;
 use opledger_testkit::{backend_tests, Backend};
 use serde_json::json;
-use std::sync::Arc;
 
 const DIGEST: &str = "sha256:00000000000000000000000000000000000000000000000000000000000000aa";
 
 async fn engine<B: Backend>(backend: &B) -> Engine<B::Store> {
-    let clock = Arc::new(FixedClock::at(Timestamp::from_micros(1_700_000_000_000_000)));
-    let engine = Engine::with_clock(backend.open().await, clock, Arc::new(SequentialIds::default()));
-    engine.startup().await.unwrap();
+    let engine = support::engine(backend).await;
     engine
         .declare(&CommandContext::actor("test"), legacy::declarations())
         .await

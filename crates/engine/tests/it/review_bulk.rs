@@ -7,17 +7,16 @@
 //! reason while the others resolve. Every scenario ends with replay
 //! identical.
 
+use crate::support;
 use opledger_domain::review::{EntryState, ReasonCode, ReviewAction};
-use opledger_domain::{BatchId, DomainError, Event, MediaId, OperationId, OperationStatus, Timestamp};
+use opledger_domain::{BatchId, DomainError, Event, MediaId, OperationId, OperationStatus};
 use opledger_engine::{
-    parse_kinds, BatchRequest, ClaimRequest, CommandContext, Engine, EngineError, FixedClock, ReviewFilter,
-    SequentialIds, TaskRequest, TaskTarget,
+    BatchRequest, ClaimRequest, CommandContext, Engine, EngineError, ReviewFilter, TaskRequest, TaskTarget,
 };
 use opledger_store::Store;
 use opledger_testkit::{backend_tests, Backend};
 use serde_json::json;
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 /// Required kinds: metadata (for images only), and caption and tags, which
 /// need it; thumbnail stands alone.
@@ -47,13 +46,8 @@ version = "1"
 "#;
 
 async fn engine<B: Backend>(backend: &B) -> Engine<B::Store> {
-    let clock = Arc::new(FixedClock::at(Timestamp::from_micros(1_700_000_000_000_000)));
-    let engine = Engine::with_clock(backend.open().await, clock, Arc::new(SequentialIds::default()));
-    engine.startup().await.unwrap();
-    engine
-        .apply_kinds(&context("ops"), &parse_kinds(PIPELINE).unwrap(), false)
-        .await
-        .unwrap();
+    let engine = support::engine(backend).await;
+    support::declare(&engine, PIPELINE).await;
     engine
 }
 

@@ -9,9 +9,9 @@
 #[allow(dead_code)]
 mod scenario;
 
+use crate::export::fold::{fold_until, FoldLimits};
 use opledger_domain::projections::{all_specs, Row};
 use opledger_store::Store;
-use crate::export::fold::{fold_until, FoldLimits};
 use opledger_testkit::Harness;
 
 async fn an_exports_fold_writing_every_row_back_between_events_equals_every_live_projection<H: Harness>(harness: &H) {
@@ -69,10 +69,7 @@ async fn an_exports_fold_stops_at_its_checkpoints_word<H: Harness>(harness: &H) 
         }
     })
     .await;
-    assert!(matches!(
-        stopped,
-        Err(crate::export::fold::FoldStop::Stopped)
-    ));
+    assert!(matches!(stopped, Err(crate::export::fold::FoldStop::Stopped)));
     assert_eq!(seen, [1, 2, 3]);
 }
 

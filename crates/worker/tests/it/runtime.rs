@@ -1013,3 +1013,40 @@ fn a_stop_reason_converts_to_the_matching_job_error() {
         TaskError::terminal("no file name")
     );
 }
+
+/// The crate documentation's example, run: a task kind of a few lines in a
+/// pool of four workers drains what was requested.
+mod documentation_example {
+    use opledger_worker::{Job, Outcome, Task, TaskError, WorkerPool};
+    use serde_json::json;
+
+    struct Metadata;
+
+    impl Task for Metadata {
+        fn kind(&self) -> &'static str {
+            "metadata"
+        }
+
+        async fn run(&self, job: &mut Job) -> Result<Outcome, TaskError> {
+            job.progress("reading", 0, Some(1)).await?;
+            Ok(Outcome::output(json!({"digest": job.inputs()["content_digest"]})))
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_crate_documentation_example_drains_what_was_requested() {
+        let folder = tempfile::tempdir().unwrap();
+        let engine = super::engine_at(folder.path()).await;
+        for index in 0..3 {
+            let media = super::register(&engine, index).await;
+            super::request(&engine, media, "metadata").await;
+        }
+        let pool = WorkerPool::builder(engine, "ingest")
+            .task(Metadata)
+            .workers(4)
+            .build()
+            .unwrap();
+        let report = pool.run_until_idle().await.unwrap();
+        assert_eq!((report.completed, report.failed), (3, 0));
+    }
+}

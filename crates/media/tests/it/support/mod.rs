@@ -3,7 +3,6 @@
 //! damaged inside, or nothing but headers; and decompression bombs in JPEG,
 //! PNG and GIF whose headers declare billions of pixels.
 
-
 use image::codecs::jpeg::JpegEncoder;
 use image::{Rgb, RgbImage};
 

@@ -1,7 +1,0 @@
-//! Rebuilds this crate when a migration file is added or changed:
-//! `sqlx::migrate!` embeds `migrations/postgres` at compile time, and cargo
-//! would otherwise not notice a new file there.
-
-fn main() {
-    println!("cargo:rerun-if-changed=../../migrations/postgres");
-}
