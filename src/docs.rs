@@ -1,7 +1,7 @@
 //! Generated references: `opledger docs cli` renders the command line's
 //! clap tree as Markdown (`docs/cli.md`), and `opledger docs http` renders
 //! the service's OpenAPI document (`docs/http.md`). Each is committed and
-//! checked current by a test in `tests/cli.rs`, as `docs/state-machines.md`
+//! checked current by a test in `tests/it/cli.rs`, as `docs/state-machines.md`
 //! is; what the references say comes from the definitions alone, so they
 //! cannot disagree with the binary.
 
@@ -16,7 +16,7 @@ pub fn cli_reference() -> String {
     let mut out = String::from(
         "# Command-line reference\n\n\
          Generated from the command line's definition (`src/cli.rs`, `src/supervise.rs`) by\n\
-         `opledger docs cli`; `tests/cli.rs` fails when this file is not what it prints.\n\
+         `opledger docs cli`; `tests/it/cli.rs` fails when this file is not what it prints.\n\
          Regenerate it with:\n\n\
          ```sh\ncargo run -q -- docs cli > docs/cli.md\n```\n\n\
          How the commands fit together is in [using.md](using.md); exit codes are listed there too.\n\n",
@@ -226,7 +226,7 @@ pub fn http_reference() -> String {
         "# HTTP reference\n\n\
          Generated from the service's OpenAPI document (`opledger_http::openapi()`, served at\n\
          `/openapi.json` and committed as [openapi.json](openapi.json)) by `opledger docs http`;\n\
-         `tests/cli.rs` fails when this file is not what it prints. Regenerate it with:\n\n\
+         `tests/it/cli.rs` fails when this file is not what it prints. Regenerate it with:\n\n\
          ```sh\ncargo run -q -- docs http > docs/http.md\n```\n\n\
          What the service is, the role each route needs and what each error status means are in\n\
          [http-service.md](http-service.md). A route whose authentication is *bearer* takes\n\

@@ -542,7 +542,7 @@ fn cli_reference_doc_is_current() {
 #[test]
 fn http_reference_doc_is_current() {
     // Rendered from the same document the service serves and
-    // docs/openapi.json holds (crates/http/tests/contract.rs).
+    // docs/openapi.json holds (crates/http/tests/it/contract.rs).
     assert_generated_doc_is_current("http", "docs/http.md", "## POST /api/v1/claims/{token}/release");
     let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/http.md")).unwrap();
     let document: serde_json::Value = serde_json::from_str(

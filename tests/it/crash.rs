@@ -15,8 +15,8 @@
 //! which does nothing in a normal run. Five tasks write concurrently in the
 //! child, so the group-commit path (several commands per transaction, each in
 //! its own savepoint) is what gets killed most of the time (the workload and
-//! the child's plumbing: `tests/crash_support/mod.rs`, shared with
-//! `tests/power_loss.rs`).
+//! the child's plumbing: `tests/it/crash_support/mod.rs`, shared with
+//! `tests/it/power_loss.rs`).
 
 use crate::common;
 use crate::crash_support;

@@ -2,7 +2,7 @@
 //! requester process requests tasks while worker processes claim and
 //! complete them, each recording every invoke and answer of request,
 //! claim and complete in a history file of its own
-//! (`tests/history_support`). Meanwhile the test SIGKILLs workers at random
+//! (`tests/it/history_support`). Meanwhile the test SIGKILLs workers at random
 //! (starting a fresh one in each's place) and pauses others (SIGSTOP) for
 //! longer than their lease, so their claims expire, are recovered and are
 //! taken by another worker before the paused one wakes and tries to
@@ -16,7 +16,7 @@
 //! The run prints its counts (one JSON line per backend on stderr).
 //!
 //! **The child processes** are this test binary run again
-//! (`tests/history_support/processes.rs`), selecting [`history_child`],
+//! (`tests/it/history_support/processes.rs`), selecting [`history_child`],
 //! which returns at once in a normal run. A child opens its own store on
 //! the URL it is given and uses the engine directly, so that every call is
 //! one recorded operation of the history.

@@ -1,6 +1,6 @@
 //! PostgreSQL restarted under load: while a requester and 8 worker
 //! processes request, claim and complete tasks (recording every call in a
-//! history, `tests/history_support`), the server is stopped and started
+//! history, `tests/it/history_support`), the server is stopped and started
 //! again three times (`pg_ctlcluster`: stopped in fast mode, restarted in
 //! immediate mode as a crash would, stopped in fast mode). Calls in flight
 //! are answered Unavailable and tried again with a backoff; calls made

@@ -24,14 +24,14 @@
 //! loss") records the measured window.
 //!
 //! That the VFS really drops unsynced writes is proven on its own, in
-//! `crates/testkit/tests/powerloss_vfs.rs`; here the NORMAL run losing
+//! `crates/testkit/src/powerloss_vfs_tests.rs`; here the NORMAL run losing
 //! events at all is the check that the child's writes went through it.
 //!
 //! The child is this test binary run again with `OPLEDGER_POWERLOSS_CHILD`
 //! set to the database path, selecting
 //! [`power_loss_child_appends_through_the_powerloss_vfs_until_killed`],
 //! which does nothing in a normal run; its workload is the crash test's
-//! (`tests/crash_support/mod.rs`). `OPLEDGER_POWERLOSS_SEED` repeats a run's
+//! (`tests/it/crash_support/mod.rs`). `OPLEDGER_POWERLOSS_SEED` repeats a run's
 //! kill times.
 
 use crate::crash_support;

@@ -7,7 +7,7 @@
 //! assert on these numbers; people read them (`docs/benchmarks.md`).
 //!
 //! This crate must not be a dependency of any product crate
-//! (`tests/architecture/dependencies.rs`): measurement code, its raw SQL
+//! (`tests/it/architecture/dependencies.rs`): measurement code, its raw SQL
 //! and its temporary files stay out of what a library user links. It
 //! reaches the ledger only through the engine's public commands and
 //! queries, and the databases only through the stores' public

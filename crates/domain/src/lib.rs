@@ -6,7 +6,7 @@
 //! or randomness. Time and identifiers arrive inside commands and event
 //! envelopes; everything here is a function of its arguments, which is what
 //! makes replay deterministic. The rule is enforced mechanically: the
-//! dependency list is checked by `tests/architecture/dependencies.rs` at
+//! dependency list is checked by `tests/it/architecture/dependencies.rs` at
 //! the workspace root, and `clippy.toml` in this crate disallows the clock
 //! and random sources.
 

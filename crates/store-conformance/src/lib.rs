@@ -10,7 +10,7 @@
 //! provides, written in the SQL both backends accept.
 //!
 //! This crate is for tests only (`publish = false`, a dev-dependency of the
-//! backends; `tests/architecture/dependencies.rs` checks that no library
+//! backends; `tests/it/architecture/dependencies.rs` checks that no library
 //! depends on it) and must not know a driver: it reaches a database only
 //! through the harness, so the same checks hold every backend to the same
 //! contract.

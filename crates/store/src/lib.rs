@@ -9,7 +9,7 @@
 //! (`migrations`).
 //!
 //! This crate must not know any particular database: no SQL, no driver, no
-//! SQLSTATE (`tests/architecture/sources.rs` checks that its code holds no
+//! SQLSTATE (`tests/it/architecture/sources.rs` checks that its code holds no
 //! SQL).
 //! Backends (opledger-store-sqlite, opledger-store-postgres) keep their
 //! statements and translate their native errors into [`ErrorKind`] inside

@@ -26,7 +26,7 @@
 //! crates, and the engine's tests depend on it; a dependency on the engine
 //! here would build a second, incompatible copy of the engine into them.)
 //! It is a dev-dependency only: no crate's library may depend on it
-//! (`tests/architecture/dependencies.rs`).
+//! (`tests/it/architecture/dependencies.rs`).
 
 pub mod faults;
 pub mod postgres;
@@ -49,6 +49,16 @@ pub trait Backend: Harness {
 
     /// The `--database-url` of this database.
     fn url(&self) -> String;
+}
+
+/// The size of a load a test puts on the ledger: `regular` in every run,
+/// `soak` when `OPLEDGER_SOAK=1` (a long run by hand, for rare races).
+pub fn load_size(regular: usize, soak: usize) -> usize {
+    if std::env::var("OPLEDGER_SOAK").as_deref() == Ok("1") {
+        soak
+    } else {
+        regular
+    }
 }
 
 /// Expands each listed test body into one test per backend.

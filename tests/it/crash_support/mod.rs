@@ -4,8 +4,8 @@
 //! binary run again with an environment variable that selects the child's
 //! test), reading its reports and choosing kill times.
 //!
-//! `tests/crash.rs` kills the child with SIGKILL (a process crash);
-//! `tests/power_loss.rs` does the same with the child's SQLite writes going
+//! `tests/it/crash.rs` kills the child with SIGKILL (a process crash);
+//! `tests/it/power_loss.rs` does the same with the child's SQLite writes going
 //! through the powerloss VFS, so the kill is a power loss.
 //!
 //! Each test binary includes this module and uses a part of it, so the

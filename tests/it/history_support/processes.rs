@@ -1,12 +1,12 @@
 //! The processes of a history run, shared by the tests that record one
-//! (`tests/history_checker.rs`, `tests/postgres_restart.rs`): the child
+//! (`tests/it/history_checker.rs`, `tests/it/postgres_restart.rs`): the child
 //! side (a requester and workers that use the engine directly, so that
 //! every call is one recorded operation of the history) and the parent's
 //! handling of them (spawning, signals, the engine it checks with, the
 //! final drain and `replay --verify`).
 //!
 //! **The child processes** are the test binary run again with
-//! `OPLEDGER_HISTORY_CHILD` set (the pattern of `tests/crash.rs`): the
+//! `OPLEDGER_HISTORY_CHILD` set (the pattern of `tests/it/crash.rs`): the
 //! test named as the child's entry calls [`child_main`] first, which runs
 //! the role and answers true in a child, and answers false at once in a
 //! normal run.

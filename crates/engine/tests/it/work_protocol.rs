@@ -864,8 +864,10 @@ async fn recovery_never_undoes_a_completion_that_lands_between_its_read_and_its_
     lab.verify().await;
 }
 
-async fn sixteen_workers_on_separate_connections_drain_ten_thousand_tasks_exactly_once<B: Backend>(backend: &B) {
-    const MEDIA: usize = 5_000;
+/// 2,000 tasks (1,000 items, two kinds) in every run; 10,000 with
+/// `OPLEDGER_SOAK=1`.
+async fn sixteen_workers_on_separate_connections_drain_thousands_of_tasks_exactly_once<B: Backend>(backend: &B) {
+    let media_count = opledger_testkit::load_size(1_000, 5_000);
     const KINDS: [&str; 2] = ["metadata", "thumbnail"];
     const WORKERS: usize = 16;
     let setup_store = backend.open().await;
@@ -877,7 +879,7 @@ async fn sixteen_workers_on_separate_connections_drain_ten_thousand_tasks_exactl
     let context = CommandContext::actor("setup");
 
     let started = Instant::now();
-    let requested: Vec<(MediaId, Vec<RequestOutcome>)> = futures::stream::iter(0..MEDIA)
+    let requested: Vec<(MediaId, Vec<RequestOutcome>)> = futures::stream::iter(0..media_count)
         .map(|index| {
             let (setup, context) = (setup.clone(), context.clone());
             async move {
@@ -918,7 +920,7 @@ async fn sixteen_workers_on_separate_connections_drain_ten_thousand_tasks_exactl
             );
         }
     }
-    assert_eq!(expected.len(), MEDIA * KINDS.len());
+    assert_eq!(expected.len(), media_count * KINDS.len());
     let setup_took = started.elapsed();
 
     // Each worker: its own store (own writer connection, own read pool, own
@@ -980,7 +982,7 @@ async fn sixteen_workers_on_separate_connections_drain_ten_thousand_tasks_exactl
     }
     let drain_took = started.elapsed();
 
-    assert_eq!(completions.len(), MEDIA * KINDS.len());
+    assert_eq!(completions.len(), media_count * KINDS.len());
     let tokens: BTreeSet<&String> = completions.iter().map(|(_, _, token)| token).collect();
     assert_eq!(tokens.len(), completions.len(), "claim tokens are unique");
     let mut per_task: BTreeMap<(MediaId, String, String), usize> = BTreeMap::new();
@@ -989,7 +991,7 @@ async fn sixteen_workers_on_separate_connections_drain_ten_thousand_tasks_exactl
         assert_eq!(revision, requested);
         *per_task.entry((*media, kind.clone(), revision.clone())).or_default() += 1;
     }
-    assert_eq!(per_task.len(), MEDIA * KINDS.len());
+    assert_eq!(per_task.len(), media_count * KINDS.len());
     assert!(
         per_task.values().all(|count| *count == 1),
         "every task completed exactly once"
@@ -1028,8 +1030,8 @@ async fn sixteen_workers_on_separate_connections_drain_ten_thousand_tasks_exactl
         }
     }
     assert!(open.is_empty(), "claims left open: {}", open.len());
-    assert_eq!(claims_seen, MEDIA * KINDS.len());
-    assert_eq!(succeeded.len(), MEDIA * KINDS.len());
+    assert_eq!(claims_seen, media_count * KINDS.len());
+    assert_eq!(succeeded.len(), media_count * KINDS.len());
     for (operation_id, token) in &succeeded {
         assert_eq!(&tokens_by_operation[operation_id], &token);
     }
@@ -1622,4 +1624,4 @@ backend_tests!(
     bad_requests_are_refused_and_append_nothing,
     removing_a_media_item_removes_its_processing_states_and_replay_agrees,
 );
-backend_tests!(worker_threads = 4; sixteen_workers_on_separate_connections_drain_ten_thousand_tasks_exactly_once);
+backend_tests!(worker_threads = 4; sixteen_workers_on_separate_connections_drain_thousands_of_tasks_exactly_once);

@@ -6,7 +6,7 @@
 //! only for its principal and that principal's policy revision (another's
 //! is 403; one of a job that does not exist is 410). The routes with a
 //! running supervisor are tested with real processes in the binary's
-//! `tests/export_http.rs`.
+//! `tests/it/export_http.rs`.
 
 use crate::support;
 

@@ -3,7 +3,7 @@
 //! libheif's own encoders get their metadata, a thumbnail and a perceptual
 //! hash from one decode at the working size. Without the feature this file
 //! holds no test: such photos are then blocked at request, which
-//! `tests/ingest_media.rs` checks.
+//! `tests/it/ingest_media.rs` checks.
 #![cfg(feature = "heif")]
 
 use libheif_rs::{Channel, ColorSpace, CompressionFormat, EncoderQuality, HeifContext, Image, LibHeif, RgbChroma};

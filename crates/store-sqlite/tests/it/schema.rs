@@ -3,7 +3,7 @@
 //! table's columns (type, nullability, default, key position, hidden),
 //! indexes (columns, uniqueness, partial WHERE), foreign keys, triggers and
 //! views; and the step-by-step migration history is accepted by the full
-//! migrator. (The PostgreSQL half is `crates/store-postgres/tests/schema.rs`.)
+//! migrator. (The PostgreSQL half is `crates/store-postgres/tests/it/schema.rs`.)
 
 use opledger_store_conformance::Harness;
 use opledger_store_sqlite::migrations::{migrator, MIGRATIONS};

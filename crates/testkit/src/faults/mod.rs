@@ -26,7 +26,7 @@
 //! reaches storage only through [`Store`], so a fault there is a fault of
 //! every backend, and the same test runs on SQLite and PostgreSQL
 //! (`backend_tests!`). It lives here, in the dev-only testkit, so nothing
-//! of it is in a release build (`tests/architecture/dependencies.rs`
+//! of it is in a release build (`tests/it/architecture/dependencies.rs`
 //! checks that no library depends on this crate).
 
 use futures::stream::BoxStream;
