@@ -125,6 +125,16 @@ pub fn decide_claim(
     now: Timestamp,
     lease_expires_at: Timestamp,
 ) -> Result<Event, DomainError> {
+    claim_of(row, claim_token, worker, now, lease_expires_at).map(Event::OperationClaimed)
+}
+
+fn claim_of(
+    row: &ProcessingStateRow,
+    claim_token: String,
+    worker: String,
+    now: Timestamp,
+    lease_expires_at: Timestamp,
+) -> Result<OperationClaimed, DomainError> {
     transitions::transition(row.status, Cause::Claim)?;
     if !is_claimable(row, now) {
         return Err(DomainError::Conflict(format!(
@@ -136,13 +146,35 @@ pub fn decide_claim(
         return Err(DomainError::InvalidInput("a claim needs a token".into()));
     }
     check_worker_name(&worker)?;
-    Ok(Event::OperationClaimed(OperationClaimed {
+    Ok(OperationClaimed {
         operation_id: row.operation_id,
         claim_token,
         worker,
         revision: Some(row.requested_revision.clone()),
         lease_expires_at,
-    }))
+    })
+}
+
+/// The claims a worker takes of the tasks a store offered: each task
+/// the rules let it claim at `now`, with the next of `tokens`, in the
+/// order offered. A task the store offered but the rules refuse is passed
+/// over, never allowed to fail the whole batch.
+pub fn decide_claims(
+    offered: Vec<ProcessingStateRow>,
+    mut tokens: impl Iterator<Item = String>,
+    worker: &str,
+    now: Timestamp,
+    lease_expires_at: Timestamp,
+) -> Result<Vec<(ProcessingStateRow, OperationClaimed)>, DomainError> {
+    let mut claims = Vec::with_capacity(offered.len());
+    for row in offered.into_iter().filter(|row| is_claimable(row, now)) {
+        let claim_token = tokens
+            .next()
+            .ok_or_else(|| DomainError::InvalidInput("a claim needs a token".into()))?;
+        let claimed = claim_of(&row, claim_token, worker.to_string(), now, lease_expires_at)?;
+        claims.push((row, claimed));
+    }
+    Ok(claims)
 }
 
 /// The claim's revision is no longer the requested one.

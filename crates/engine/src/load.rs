@@ -150,28 +150,17 @@ pub(crate) async fn all_kinds<T: WriteTx>(tx: &mut T) -> Result<Vec<TaskKindRow>
     Ok(kinds)
 }
 
-/// Declared kinds a refusal names at most.
-const NAMED_KINDS: usize = 20;
-
 /// The refusal of a kind that is not declared, naming (the first of) those
 /// that are.
 pub(crate) fn undeclared(name: &str, kinds: &[TaskKindRow]) -> EngineError {
-    let declared: Vec<&str> = kinds
+    opledger_domain::kinds::undeclared(name, &declared_names(kinds)).into()
+}
+
+/// The names of the kinds that are declared.
+pub(crate) fn declared_names(kinds: &[TaskKindRow]) -> Vec<String> {
+    kinds
         .iter()
         .filter(|row| row.declared)
-        .map(|row| row.name.as_str())
-        .collect();
-    let shown: String = name.chars().take(64).collect();
-    let named = match declared.len() {
-        0 => "none".to_string(),
-        count if count <= NAMED_KINDS => declared.join(", "),
-        count => format!(
-            "{}, and {} more",
-            declared[..NAMED_KINDS].join(", "),
-            count - NAMED_KINDS
-        ),
-    };
-    EngineError::invalid(format!(
-        "task kind {shown:?} is not declared; declared kinds: {named} (declare kinds with `opledger kinds apply FILE`)"
-    ))
+        .map(|row| row.name.clone())
+        .collect()
 }

@@ -278,3 +278,24 @@ impl TaskFacts {
         }
     }
 }
+
+/// Declared kinds a refusal names at most.
+const NAMED_KINDS: usize = 20;
+
+/// The refusal of a kind that is not declared, naming (the first of) those
+/// that are.
+pub fn undeclared(name: &str, declared: &[String]) -> DomainError {
+    let shown: String = name.chars().take(64).collect();
+    let named = match declared.len() {
+        0 => "none".to_string(),
+        count if count <= NAMED_KINDS => declared.join(", "),
+        count => format!(
+            "{}, and {} more",
+            declared[..NAMED_KINDS].join(", "),
+            count - NAMED_KINDS
+        ),
+    };
+    DomainError::InvalidInput(format!(
+        "task kind {shown:?} is not declared; declared kinds: {named} (declare kinds with `opledger kinds apply FILE`)"
+    ))
+}

@@ -10,13 +10,15 @@ use crate::idempotency::RequestId;
 use crate::load::{all_kinds, load_kinds, undeclared};
 use crate::tx::{command_time, spawnable, CommandContext, Decided};
 use crate::Engine;
-use opledger_domain::projections::{state_locations, Row, MEDIA_TABLE, REGIONS_TABLE};
+use opledger_domain::events::{Event, OperationClaimed};
+use opledger_domain::projections::{state_locations, ProcessingStateRow, Row, WorkingSet, MEDIA_TABLE, REGIONS_TABLE};
 use opledger_domain::tasks::CLAIMABLE_STATUSES;
 use opledger_domain::work::{self, Fence};
 use opledger_domain::{LeaseMs, MediaId, OperationId, RegionId, Timestamp};
-use opledger_store::{BoxFuture, ClaimQuery, Lease, RowTarget, Store, WriteTx};
+use opledger_store::{BoxFuture, ClaimQuery, Lease, Store, StoreError, WriteTx};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
+use std::collections::BTreeSet;
 
 /// Whom a heartbeat's request id is recorded for: a heartbeat is fenced by
 /// its claim token, not its caller, so the token (in the fingerprint)
@@ -138,109 +140,26 @@ impl<S: Store> Engine<S> {
                         now,
                         limit: request.limit,
                     };
-                    let candidates = tx.claimable(&query).await?;
-                    let mut appends = Vec::with_capacity(candidates.len());
-                    let mut claims = Vec::with_capacity(candidates.len());
-                    for candidate in candidates {
-                        let Row::ProcessingState(state) = candidate else {
-                            continue;
-                        };
-                        // Defence in depth: a row the store offered but the
-                        // domain would refuse is passed over, never allowed to
-                        // fail the whole batch.
-                        if !work::is_claimable(&state, now) {
-                            continue;
-                        }
-                        let claim_token = ids.next().to_string();
-                        let event = work::decide_claim(
+                    let offered = tx.claimable(&query).await?.into_iter().filter_map(|row| match row {
+                        Row::ProcessingState(state) => Some(state),
+                        _ => None,
+                    });
+                    let tokens = std::iter::repeat_with(|| ids.next().to_string());
+                    let decided =
+                        work::decide_claims(offered.collect(), tokens, &request.worker, now, lease_expires_at)?;
+                    let mut appends = Vec::with_capacity(decided.len());
+                    let mut claims = Vec::with_capacity(decided.len());
+                    for (state, claimed) in decided {
+                        tx.put_lease(&taken_lease(&claimed, now, request.principal.clone()))
+                            .await?;
+                        claims.push(TaskClaim::of(&state, &claimed)?);
+                        appends.push(state_append(
                             &state,
-                            claim_token.clone(),
-                            request.worker.clone(),
-                            now,
-                            lease_expires_at,
-                        )?;
-                        let inputs: Value = serde_json::from_str(&state.inputs).map_err(|error| {
-                            opledger_store::StoreError::corrupt(format!(
-                                "inputs of task {} are not JSON: {error}",
-                                state.operation_id
-                            ))
-                        })?;
-                        tx.put_lease(&Lease {
-                            claim_token: claim_token.clone(),
-                            operation_id: state.operation_id,
-                            worker: request.worker.clone(),
-                            heartbeat_at: now,
-                            lease_expires_at,
-                            phase: None,
-                            processed: None,
-                            total: None,
-                            progressed_at: None,
-                            progress_unrecorded: false,
-                            principal: request.principal.clone(),
-                        })
-                        .await?;
-                        claims.push(TaskClaim {
-                            claim_token,
-                            operation_id: state.operation_id,
-                            media_id: state.media_id(),
-                            region_id: state.region_id(),
-                            task_kind: state.task_kind.clone(),
-                            revision: state.requested_revision.clone(),
-                            inputs,
-                            lease_expires_at,
-                            attempt: state.attempt_count + 1,
-                            path: None,
-                            media_kind: None,
-                            content_digest: None,
-                        });
-                        appends.push(state_append(&state, vec![stamp.event(event)]));
-                        // The fold needs the row it claimed, and knows it is
-                        // in no other table.
-                        let [(first_table, first), (_, second)] = state_locations(state.operation_id);
-                        let (own, other) = if first_table.name == state.table().name {
-                            (first, second)
-                        } else {
-                            (second, first)
-                        };
-                        rows.insert_loaded(own, Some(Row::ProcessingState(state)));
-                        rows.insert_loaded(other, None);
+                            vec![stamp.event(Event::OperationClaimed(claimed))],
+                        ));
+                        held_row(rows, state);
                     }
-                    // A region task's worker needs the item the region is on.
-                    let region_keys: Vec<String> = claims
-                        .iter()
-                        .filter_map(|claim| claim.region_id.map(|region_id| region_id.to_string()))
-                        .collect();
-                    if !region_keys.is_empty() {
-                        let regions = tx.load_rows(&REGIONS_TABLE, &region_keys).await?;
-                        for row in regions {
-                            if let Row::Region(region) = row {
-                                for claim in claims
-                                    .iter_mut()
-                                    .filter(|claim| claim.region_id == Some(region.region_id))
-                                {
-                                    claim.media_id = Some(region.media_id);
-                                }
-                            }
-                        }
-                    }
-                    // Every worker needs to find the item's file.
-                    let media_keys: Vec<String> = claims
-                        .iter()
-                        .filter_map(|claim| claim.media_id.map(|media_id| media_id.to_string()))
-                        .collect::<std::collections::BTreeSet<_>>()
-                        .into_iter()
-                        .collect();
-                    if !media_keys.is_empty() {
-                        for row in tx.load_rows(&MEDIA_TABLE, &media_keys).await? {
-                            if let Row::Media(item) = row {
-                                for claim in claims.iter_mut().filter(|claim| claim.media_id == Some(item.media_id)) {
-                                    claim.path = Some(item.path.clone());
-                                    claim.media_kind = Some(item.media_kind.clone());
-                                    claim.content_digest = item.content_digest.clone();
-                                }
-                            }
-                        }
-                    }
+                    locate_claims(tx, &mut claims).await?;
                     Ok(Decided::answer(claims, appends))
                 })
             })
@@ -373,4 +292,98 @@ impl<S: Store> Engine<S> {
             .await
         })
     }
+}
+
+impl TaskClaim {
+    /// The answer to a claim the domain decided on `state`, without where
+    /// its item is ([`locate_claims`] fills that in).
+    fn of(state: &ProcessingStateRow, claimed: &OperationClaimed) -> Result<Self, EngineError> {
+        let inputs: Value = serde_json::from_str(&state.inputs).map_err(|error| {
+            StoreError::corrupt(format!("inputs of task {} are not JSON: {error}", state.operation_id))
+        })?;
+        Ok(TaskClaim {
+            claim_token: claimed.claim_token.clone(),
+            operation_id: state.operation_id,
+            media_id: state.media_id(),
+            region_id: state.region_id(),
+            task_kind: state.task_kind.clone(),
+            revision: state.requested_revision.clone(),
+            inputs,
+            lease_expires_at: claimed.lease_expires_at,
+            attempt: state.attempt_count + 1,
+            path: None,
+            media_kind: None,
+            content_digest: None,
+        })
+    }
+}
+
+/// The lease row of a claim just taken: liveness starts now.
+fn taken_lease(claimed: &OperationClaimed, now: Timestamp, principal: Option<String>) -> Lease {
+    Lease {
+        claim_token: claimed.claim_token.clone(),
+        operation_id: claimed.operation_id,
+        worker: claimed.worker.clone(),
+        heartbeat_at: now,
+        lease_expires_at: claimed.lease_expires_at,
+        phase: None,
+        processed: None,
+        total: None,
+        progressed_at: None,
+        progress_unrecorded: false,
+        principal,
+    }
+}
+
+/// Puts a claimed task's row in the working set for the fold, which then
+/// knows it is in no other table.
+fn held_row(rows: &mut WorkingSet, state: ProcessingStateRow) {
+    let [(first_table, first), (_, second)] = state_locations(state.operation_id);
+    let (own, other) = if first_table.name == state.table().name {
+        (first, second)
+    } else {
+        (second, first)
+    };
+    rows.insert_loaded(own, Some(Row::ProcessingState(state)));
+    rows.insert_loaded(other, None);
+}
+
+/// Fills in where each claim's item is: a region task's item is the one
+/// the region is on, and every worker needs the item's file, media kind
+/// and digest.
+async fn locate_claims<T: WriteTx>(tx: &mut T, claims: &mut [TaskClaim]) -> Result<(), EngineError> {
+    let region_keys: Vec<String> = claims
+        .iter()
+        .filter_map(|claim| claim.region_id.map(|region_id| region_id.to_string()))
+        .collect();
+    if !region_keys.is_empty() {
+        for row in tx.load_rows(&REGIONS_TABLE, &region_keys).await? {
+            if let Row::Region(region) = row {
+                for claim in claims
+                    .iter_mut()
+                    .filter(|claim| claim.region_id == Some(region.region_id))
+                {
+                    claim.media_id = Some(region.media_id);
+                }
+            }
+        }
+    }
+    let media_keys: Vec<String> = claims
+        .iter()
+        .filter_map(|claim| claim.media_id.map(|media_id| media_id.to_string()))
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    if !media_keys.is_empty() {
+        for row in tx.load_rows(&MEDIA_TABLE, &media_keys).await? {
+            if let Row::Media(item) = row {
+                for claim in claims.iter_mut().filter(|claim| claim.media_id == Some(item.media_id)) {
+                    claim.path = Some(item.path.clone());
+                    claim.media_kind = Some(item.media_kind.clone());
+                    claim.content_digest = item.content_digest.clone();
+                }
+            }
+        }
+    }
+    Ok(())
 }

@@ -3,8 +3,9 @@
 //! transaction; and the reads of a task's state.
 //!
 //! Every command loads the processing state it decides on inside the write
-//! transaction, asks the domain (`opledger_domain::work`), and appends what
-//! the domain returned ([`Engine::command`]), so the state a command decided
+//! transaction, asks the domain (`opledger_domain::work`, `requests` for
+//! requests, `recovery` for claims found dead), and appends what the
+//! domain returned ([`Engine::command`]), so the state a command decided
 //! on is the state it changed. Reports from workers are fenced: the domain's
 //! decision refuses a claim token (and revision, when given) that no longer
 //! holds the task, and nothing is written. Heartbeats and progress counters
@@ -34,33 +35,10 @@ pub use request::{RequestOutcome, TaskRequest};
 
 use crate::error::EngineError;
 use opledger_domain::projections::{state_locations, ProcessingStateRow, Row, RowKey, TableSpec, WorkingSet};
-use opledger_domain::tasks::TargetType;
+pub use opledger_domain::requests::TaskTarget;
 use opledger_domain::work::Fence;
-use opledger_domain::{MediaId, NewEvent, OperationId, OperationStatus, RegionId, StreamId, Timestamp};
+use opledger_domain::{NewEvent, OperationId, OperationStatus, StreamId, Timestamp};
 use opledger_store::{ExpectedVersion, Lease, StreamAppend, WriteTx};
-
-/// What a task runs on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TaskTarget {
-    Media(MediaId),
-    Region(RegionId),
-}
-
-impl TaskTarget {
-    pub fn target_type(self) -> TargetType {
-        match self {
-            TaskTarget::Media(_) => TargetType::Media,
-            TaskTarget::Region(_) => TargetType::Region,
-        }
-    }
-
-    fn id(self) -> uuid::Uuid {
-        match self {
-            TaskTarget::Media(id) => id.0,
-            TaskTarget::Region(id) => id.0,
-        }
-    }
-}
 
 /// Where a task stands after a worker's report or a cancel.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]

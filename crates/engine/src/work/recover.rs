@@ -10,10 +10,9 @@ use crate::idempotency::{FORGET_PER_TRANSACTION, REQUEST_RETENTION_MS};
 use crate::load::load_kinds;
 use crate::tx::{CommandContext, Decided};
 use crate::Engine;
-use opledger_domain::events::Event;
-use opledger_domain::lease::lease_end;
+use opledger_domain::projections::{ProcessingStateRow, WorkingSet};
+use opledger_domain::recovery::{decide_recovery, Recovered, Suspicion};
 use opledger_domain::tasks::RetryPolicy;
-use opledger_domain::work::{self, ClaimOutcome, Fence};
 use opledger_domain::Timestamp;
 use opledger_store::{ExpiredClaim, Store, WriteTx};
 use std::collections::{BTreeMap, BTreeSet};
@@ -201,86 +200,7 @@ impl<S: Store> Engine<S> {
             if let Some(hook) = hook {
                 hook(candidates.clone()).await;
             }
-            let stamp = self.stamp(context);
-            let gone = gone.clone();
-            let batch = self
-                .stamped(stamp, move |tx, rows, stamp| {
-                    Box::pin(async move {
-                        // The write's time, read under the write lock: a
-                        // lease is expired by the log's clock, never by the
-                        // clock of the host running recovery.
-                        let now = stamp.recorded_at;
-                        let mut batch = RecoveryReport::default();
-                        let mut appends = Vec::new();
-                        for candidate in candidates {
-                            let state = load_state(tx, rows, candidate.operation_id).await?;
-                            let Some(state) = state
-                                .filter(|state| state.claim_token.as_deref() == Some(candidate.claim_token.as_str()))
-                            else {
-                                batch.skipped += 1;
-                                continue;
-                            };
-                            let (cause, was_waiting) = match &gone {
-                                Gone::Expired => {
-                                    let lease = tx.lease(&candidate.claim_token).await?;
-                                    let extended = lease.map(|lease| lease.lease_expires_at);
-                                    let ends = lease_end(state.lease_expires_at, extended).unwrap_or(now);
-                                    if ends >= now {
-                                        batch.skipped += 1;
-                                        continue;
-                                    }
-                                    (format!("lease expired at {ends}"), false)
-                                }
-                                Gone::Workers { gone, cause, running } => {
-                                    // Claimed again meanwhile by a live
-                                    // worker: not ours to judge.
-                                    let Some(worker) = state.worker.as_deref().filter(|worker| gone(worker)) else {
-                                        continue;
-                                    };
-                                    match running.get(worker) {
-                                        Some(tokens) if tokens.contains(&candidate.claim_token) => {
-                                            (format!("{cause}, while it ran this task"), false)
-                                        }
-                                        Some(_) => (format!("{cause}, before it started this task"), true),
-                                        None => (cause.clone(), false),
-                                    }
-                                }
-                            };
-                            let kinds = load_kinds(tx, rows, [state.task_kind.as_str()]).await?;
-                            let policy = kinds
-                                .get(&state.task_kind)
-                                .and_then(|row| row.declaration.as_ref())
-                                .map_or(RetryPolicy::DEFAULT, |declaration| declaration.retry);
-                            let events = if was_waiting {
-                                let fence = Fence {
-                                    claim_token: candidate.claim_token.clone(),
-                                    revision: state.claimed_revision.clone(),
-                                };
-                                let release = ClaimOutcome::Release { reason: cause };
-                                let events = work::decide_report(&state, &fence, release, &policy, now, 0)?;
-                                match events.last() {
-                                    Some(Event::OperationCancelled(_)) => batch.cancelled += 1,
-                                    _ => batch.released += 1,
-                                }
-                                events
-                            } else {
-                                let events = work::decide_interrupt_because(&state, &policy, &cause)?;
-                                batch.interrupted += 1;
-                                match events.last() {
-                                    Some(Event::OperationRequeued(_)) => batch.requeued += 1,
-                                    Some(Event::OperationCancelled(_)) => batch.cancelled += 1,
-                                    _ => batch.failed += 1,
-                                }
-                                events
-                            };
-                            tx.delete_lease(&candidate.claim_token).await?;
-                            let events = events.into_iter().map(|event| stamp.event(event)).collect();
-                            appends.push(state_append(&state, events));
-                        }
-                        Ok(Decided::answer(batch, appends))
-                    })
-                })
-                .await?;
+            let batch = self.recover_claims(context, candidates, gone.clone()).await?;
             report.interrupted += batch.interrupted;
             report.requeued += batch.requeued;
             report.cancelled += batch.cancelled;
@@ -289,6 +209,97 @@ impl<S: Store> Engine<S> {
             report.released += batch.released;
         }
     }
+
+    /// One transaction over a page of suspected claims: each one's state
+    /// (and lease) loaded, the domain's decision, its events appended and
+    /// its lease row dropped.
+    async fn recover_claims(
+        &self,
+        context: &CommandContext,
+        candidates: Vec<ExpiredClaim>,
+        gone: Gone,
+    ) -> Result<RecoveryReport, EngineError> {
+        let stamp = self.stamp(context);
+        self.stamped(stamp, move |tx, rows, stamp| {
+            Box::pin(async move {
+                // The write's time, read under the write lock: a lease is
+                // expired by the log's clock, never by the clock of the host
+                // running recovery.
+                let now = stamp.recorded_at;
+                let mut batch = RecoveryReport::default();
+                let mut appends = Vec::new();
+                for candidate in candidates {
+                    let token = candidate.claim_token.as_str();
+                    let state = load_state(tx, rows, candidate.operation_id).await?;
+                    let suspicion = match &gone {
+                        Gone::Expired => Suspicion::LeaseEnded {
+                            extended_to: tx.lease(token).await?.map(|lease| lease.lease_expires_at),
+                        },
+                        Gone::Workers { gone, cause, running } => {
+                            let worker = state.as_ref().and_then(|state| state.worker.as_deref());
+                            Suspicion::WorkerGone {
+                                gone: worker.is_some_and(|worker| gone(worker)),
+                                cause: cause.clone(),
+                                ran: worker
+                                    .and_then(|worker| running.get(worker))
+                                    .map(|ran| ran.contains(token)),
+                            }
+                        }
+                    };
+                    let policy = retry_policy(tx, rows, state.as_ref()).await?;
+                    let recovery = decide_recovery(state.as_ref(), token, suspicion, &policy, now)?;
+                    batch.count(recovery.recovered);
+                    if let (Some(state), false) = (&state, recovery.events.is_empty()) {
+                        tx.delete_lease(token).await?;
+                        let events = recovery.events.into_iter().map(|event| stamp.event(event)).collect();
+                        appends.push(state_append(state, events));
+                    }
+                }
+                Ok(Decided::answer(batch, appends))
+            })
+        })
+        .await
+    }
+}
+
+impl RecoveryReport {
+    fn count(&mut self, recovered: Recovered) {
+        match recovered {
+            Recovered::Left => {}
+            Recovered::Skipped => self.skipped += 1,
+            Recovered::Released => self.released += 1,
+            Recovered::ReleasedCancelled => self.cancelled += 1,
+            Recovered::Requeued => {
+                self.interrupted += 1;
+                self.requeued += 1;
+            }
+            Recovered::Cancelled => {
+                self.interrupted += 1;
+                self.cancelled += 1;
+            }
+            Recovered::Failed => {
+                self.interrupted += 1;
+                self.failed += 1;
+            }
+        }
+    }
+}
+
+/// The retry policy of a task's kind (the default for a kind without a
+/// declaration, or no task).
+async fn retry_policy<T: WriteTx>(
+    tx: &mut T,
+    rows: &mut WorkingSet,
+    state: Option<&ProcessingStateRow>,
+) -> Result<RetryPolicy, EngineError> {
+    let Some(state) = state else {
+        return Ok(RetryPolicy::DEFAULT);
+    };
+    let kinds = load_kinds(tx, rows, [state.task_kind.as_str()]).await?;
+    Ok(kinds
+        .get(&state.task_kind)
+        .and_then(|row| row.declaration.as_ref())
+        .map_or(RetryPolicy::DEFAULT, |declaration| declaration.retry))
 }
 
 /// Whether a worker, by its name, is gone.
