@@ -30,7 +30,6 @@ pub mod recovery;
 pub mod requests;
 pub mod review;
 pub mod revision;
-pub mod state_machine_doc;
 pub mod status;
 pub mod tasks;
 pub mod time;
