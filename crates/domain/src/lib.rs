@@ -19,7 +19,6 @@ pub mod digest;
 pub mod envelope;
 pub mod error;
 pub mod events;
-pub mod explain;
 pub mod ids;
 pub mod ingestion;
 pub mod kinds;
