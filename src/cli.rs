@@ -5,6 +5,10 @@ use opledger_domain::{BatchId, MediaId, OperationId, RegionId};
 use opledger_engine::{CommandContext, RequestId, MAX_CLAIM_BATCH, MAX_LEASE_MS};
 use std::path::PathBuf;
 
+/// The default bound on a text flag, in bytes (`--max-text-bytes`; what
+/// it bounds and why: `limits`).
+pub const DEFAULT_MAX_TEXT_BYTES: usize = 64 * 1024;
+
 /// An event-sourced operations ledger for media pipelines.
 #[derive(Debug, Parser)]
 #[command(name = "opledger", version, about, propagate_version = true)]
@@ -17,7 +21,7 @@ pub struct Cli {
     /// The most bytes a text flag takes (`--error`, `--reason`, `--output`, `--no-result`);
     /// longer ones are refused and nothing is recorded. `serve` holds every
     /// text of a request body, and every output, to the same bound.
-    #[arg(long, global = true, env = "OPLEDGER_MAX_TEXT_BYTES", default_value_t = crate::limits::DEFAULT_MAX_TEXT_BYTES, value_name = "BYTES")]
+    #[arg(long, global = true, env = "OPLEDGER_MAX_TEXT_BYTES", default_value_t = DEFAULT_MAX_TEXT_BYTES, value_name = "BYTES")]
     pub max_text_bytes: usize,
 
     /// The most task kinds the catalogue may hold (`kinds apply` and the

@@ -8,10 +8,10 @@ use crate::cli::{DescribeArgs, StatusArgs, TimelineArgs};
 use crate::output::{envelope_json, print_json, status as print_status, status_value, timeline_verbose};
 use chrono::Local;
 use futures::{Stream, StreamExt};
-use opledger_domain::explain::history::history_lines;
-use opledger_domain::explain::words::{clock_time, span};
 use opledger_domain::{EventEnvelope, Timestamp};
 use opledger_engine::{Description, Engine, EngineError};
+use opledger_explain::history::history_lines;
+use opledger_explain::words::{clock_time, span};
 use opledger_store::Store;
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -251,7 +251,7 @@ fn header(description: &Description) -> Vec<String> {
     let claim = match &operation.worker {
         Some(worker) => {
             let lease = description.lease_ends().map_or_else(String::new, |ends| {
-                let left = opledger_domain::explain::words::millis_between(now, ends);
+                let left = opledger_explain::words::millis_between(now, ends);
                 let when = if left >= 0 {
                     format!("in {}", span(left))
                 } else {
@@ -280,7 +280,7 @@ fn header(description: &Description) -> Vec<String> {
         lines.push(field("completed", completed));
     }
     if let Some(error) = &operation.last_error {
-        lines.push(field("last error", opledger_domain::explain::words::quote(error, 200)));
+        lines.push(field("last error", opledger_explain::words::quote(error, 200)));
     }
     lines
 }

@@ -9,9 +9,6 @@ use crate::cli::{BatchCommand, Cli, Command, ReviewCommand, TaskCommand};
 use crate::UsageError;
 use std::io::Read;
 
-/// The default bound, in bytes.
-pub const DEFAULT_MAX_TEXT_BYTES: usize = 64 * 1024;
-
 /// Refuses a text flag longer than the bound, naming the flag, its length
 /// and how to raise the bound. `--output -` is read from standard input
 /// here (at most one byte past the bound), so the bound covers it too.

@@ -270,7 +270,7 @@ async fn run(cli: Cli) -> anyhow::Result<Outcome> {
     match &cli.command {
         Command::Docs { command } => {
             match command {
-                DocsCommand::StateMachines => print!("{}", opledger_domain::state_machine_doc::render()),
+                DocsCommand::StateMachines => print!("{}", docs::state_machines()),
                 DocsCommand::Cli => print!("{}", docs::cli_reference()),
                 DocsCommand::Http => print!("{}", docs::http_reference()),
             }

@@ -105,7 +105,7 @@ pub fn ingestion_failures(kind: &str, settling: &Event) -> Option<String> {
     let Event::OperationSucceeded(succeeded) = settling else {
         return None;
     };
-    if kind != crate::projections::INGESTION_FILE {
+    if kind != crate::status::INGESTION_FILE {
         return None;
     }
     let failures: Vec<&str> = succeeded
@@ -268,6 +268,31 @@ pub fn decide_item_resume(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn failed_for_good_is_exactly_the_terminal_failures_a_batch_counts_as_failed() {
+        let failed: Vec<OperationStatus> = OperationStatus::ALL
+            .iter()
+            .copied()
+            .filter(|status| status.is_failed_for_good())
+            .collect();
+        assert_eq!(
+            failed,
+            [
+                OperationStatus::MissingConfirmed,
+                OperationStatus::FailedTerminal,
+                OperationStatus::DeadLettered
+            ]
+        );
+        for status in OperationStatus::ALL {
+            assert!(!status.is_failed_for_good() || status.is_terminal(), "{status}");
+            assert_eq!(
+                status.is_failed_for_good(),
+                settled_outcome(*status) == Some(ItemOutcome::Failed),
+                "{status}"
+            );
+        }
+    }
 
     #[test]
     fn only_settled_statuses_have_an_outcome() {

@@ -1,18 +1,10 @@
 //! Domain errors: the caller asked for something the rules do not allow.
-//! These are 4xx answers (exit code 2 or 3), never storage trouble.
+//! These are 4xx answers (exit code 2 or 3), never storage trouble. A move
+//! the transition table lacks is refused by the table itself
+//! ([`TransitionError`], beside it in `transitions`).
 
-use crate::status::OperationStatus;
-use crate::transitions::Cause;
+pub use crate::transitions::TransitionError;
 use thiserror::Error;
-
-/// A move the transition table lacks.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
-#[error("illegal transition: cannot move operation from {from} to {to} by {cause}")]
-pub struct TransitionError {
-    pub from: OperationStatus,
-    pub to: OperationStatus,
-    pub cause: Cause,
-}
 
 /// What a command may be refused for.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]

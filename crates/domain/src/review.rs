@@ -9,8 +9,7 @@
 //! tested as a table.
 
 use crate::kinds::BlockedOn;
-use crate::projections::INGESTION_FILE;
-use crate::status::OperationStatus;
+use crate::status::{OperationStatus, INGESTION_FILE};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;

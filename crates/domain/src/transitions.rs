@@ -7,11 +7,11 @@
 //! `match` arms, so it can be printed (docs/state-machines.md), snapshotted and
 //! tested pair by pair.
 
-use crate::error::TransitionError;
 use crate::status::OperationStatus::{self, *};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
+use thiserror::Error;
 
 /// Why an operation changes status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -299,6 +299,15 @@ fn rule(cause: Cause) -> &'static Rule {
         .iter()
         .find(|rule| rule.cause == cause)
         .expect("every cause has exactly one rule; checked by a test")
+}
+
+/// A move the transition table lacks.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("illegal transition: cannot move operation from {from} to {to} by {cause}")]
+pub struct TransitionError {
+    pub from: OperationStatus,
+    pub to: OperationStatus,
+    pub cause: Cause,
 }
 
 /// Where `cause` takes an operation that is in `from`, or the refusal.

@@ -1,9 +1,9 @@
 //! Explaining and following one operation: `describe` gathers what the
 //! projections say about it (its row, its processing state with the claim's
 //! liveness, its kind's retry policy, its capability, its place in the
-//! claim queue) and its timeline, and asks the domain why it stands where
-//! it stands (`opledger_domain::explain`); `follow` reads its stream on from
-//! the last version seen, and `watch_status` re-reads the dashboard summary
+//! claim queue) and its timeline, and asks `opledger_explain` why it
+//! stands where it stands; `follow` reads its stream on from the last
+//! version seen, and `watch_status` re-reads the dashboard summary
 //! when the log moved.
 //!
 //! Reads only, from read connections: nothing here appends, so a reader
@@ -16,12 +16,12 @@ use crate::queries::StatusReport;
 use crate::work::TaskView;
 use crate::Engine;
 use futures::stream::{self, BoxStream, StreamExt};
-use opledger_domain::explain::{why, Facts, ProgressNote, QueuePosition, Why};
 use opledger_domain::projections::{
     capability_key, task_kind_key, CapabilityRow, OperationRow, Row, CAPABILITY_STATES_TABLE, TASK_KINDS_TABLE,
 };
 use opledger_domain::tasks::{RetryPolicy, CLAIMABLE_STATUSES};
 use opledger_domain::{EventEnvelope, OperationId, OperationStatus, StreamId, Timestamp};
+use opledger_explain::{why, Facts, ProgressNote, QueuePosition, Why};
 use opledger_store::{AheadQuery, Store};
 use std::time::Duration;
 

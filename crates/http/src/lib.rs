@@ -28,13 +28,14 @@ pub use error::{ApiError, ErrorBody};
 pub use files::{Outputs, DEFAULT_MAX_FILE_BYTES};
 pub use server::ConnectionLimits;
 
-use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 use opledger_engine::{CommandContext, Engine, EngineError};
 use opledger_store::Store;
 use std::future::Future;
+use std::time::Instant;
 use tower_http::catch_panic::CatchPanicLayer;
 use utoipa::OpenApi;
 
@@ -96,7 +97,7 @@ pub fn with_layers<S: Store>(routes: Router<App<S>>, app: App<S>) -> Router {
         .layer(DefaultBodyLimit::max(limit))
         .layer(CatchPanicLayer::custom(panicked))
         .layer(axum::middleware::from_fn(guard::error_shape))
-        .layer(axum::middleware::from_fn_with_state(app.clone(), metrics::observe::<S>))
+        .layer(axum::middleware::from_fn_with_state(app.clone(), observe::<S>))
         .with_state(app)
 }
 
@@ -111,6 +112,29 @@ async fn gate<S: Store>(State(app): State<App<S>>, request: Request, next: Next)
         return ApiError::unavailable("startup recovery is still running").into_response();
     }
     next.run(request).await
+}
+
+/// Measures and logs every request: method, matched route, status and
+/// latency, in the request log (`tracing`, JSON with `--log-format json`)
+/// and in the latency histogram.
+pub async fn observe<S: Store>(State(app): State<App<S>>, request: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let method = request.method().to_string();
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_string(), |path| path.as_str().to_string());
+    let response = next.run(request).await;
+    let elapsed = started.elapsed();
+    let status = response.status().as_u16();
+    app.metrics().request(&method, &route, status, elapsed);
+    let latency_ms = elapsed.as_secs_f64() * 1000.0;
+    if response.status().is_server_error() {
+        tracing::warn!(%method, %route, status, latency_ms, "request");
+    } else {
+        tracing::info!(%method, %route, status, latency_ms, "request");
+    }
+    response
 }
 
 fn panicked(panic: Box<dyn std::any::Any + Send + 'static>) -> Response {

@@ -1,4 +1,4 @@
-//! The service's metrics in Prometheus text format, and the request log.
+//! The service's metrics in Prometheus text format.
 //!
 //! Each [`crate::App`] keeps its own recorder (tests run many services in
 //! one process, so nothing is process-global) and records into it through
@@ -14,8 +14,9 @@
 //!   from the start), so they count every process's work on the database,
 //!   the CLI's and other `serve` processes' included;
 //! - conflicts are this service's `409` answers, and request latency is
-//!   measured by [`observe`] around every request, by matched route (never
-//!   the raw path: ids would make a series each), method and status;
+//!   measured by the request log ([`crate::observe`]) around every
+//!   request, by matched route (never the raw path: ids would make a
+//!   series each), method and status;
 //! - append and commit latency come from the engine's write observer
 //!   ([`WriteHistograms`]): every write command this service's engine runs
 //!   (requests, periodic recovery) reports how long it waited for the
@@ -24,10 +25,6 @@
 //! It must not know a backend: it reads through the engine and the
 //! `Store` trait's read methods.
 
-use crate::app::App;
-use axum::extract::{MatchedPath, Request, State};
-use axum::middleware::Next;
-use axum::response::Response;
 use futures::StreamExt;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
 use opledger_domain::tasks::CLAIMABLE_STATUSES;
@@ -35,7 +32,7 @@ use opledger_engine::{Engine, EngineError, WriteObserver, WriteTimings};
 use opledger_store::Store;
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Latency buckets, in seconds: from a cached read to a long-poll's end.
 const LATENCY_BUCKETS: [f64; 14] = [
@@ -301,27 +298,4 @@ async fn count_events<S: Store>(
         }
     }
     Ok((last, counts))
-}
-
-/// Measures and logs every request: method, matched route, status and
-/// latency, in the request log (`tracing`, JSON with `--log-format json`)
-/// and in the latency histogram.
-pub async fn observe<S: Store>(State(app): State<App<S>>, request: Request, next: Next) -> Response {
-    let started = Instant::now();
-    let method = request.method().to_string();
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or_else(|| "unmatched".to_string(), |path| path.as_str().to_string());
-    let response = next.run(request).await;
-    let elapsed = started.elapsed();
-    let status = response.status().as_u16();
-    app.metrics().request(&method, &route, status, elapsed);
-    let latency_ms = elapsed.as_secs_f64() * 1000.0;
-    if response.status().is_server_error() {
-        tracing::warn!(%method, %route, status, latency_ms, "request");
-    } else {
-        tracing::info!(%method, %route, status, latency_ms, "request");
-    }
-    response
 }

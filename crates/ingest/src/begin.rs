@@ -5,7 +5,7 @@
 //! do).
 
 use crate::discover::Classified;
-use crate::pipeline::{Run, CHUNK};
+use crate::run::{Run, CHUNK};
 use crate::IngestError;
 use opledger_domain::events::BatchItemSpec;
 use opledger_domain::BatchId;

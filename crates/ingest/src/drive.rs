@@ -6,12 +6,12 @@
 use crate::discover::observe;
 use crate::finish::{finish_settled, SETTLE_WINDOW};
 use crate::patience::patiently;
-use crate::pipeline::CHUNK;
+use crate::run::{chunks, InFlight, CHUNK};
 use crate::tools::Tools;
 use crate::workers::KnownPaths;
 use crate::{task_kinds_for, IngestError, IngestProgress, StopSignal};
 use futures::StreamExt;
-use opledger_domain::{IngestionStage, MediaId, OperationId};
+use opledger_domain::{IngestionStage, OperationId};
 use opledger_engine::{CommandContext, Engine, FileObservation, IngestionClaim, Registration};
 use opledger_media::{
     classify_file, hash_file, read_classified_metadata, text_path, MediaError, MediaKind, Settler, IMAGE_KINDS,
@@ -21,7 +21,7 @@ use opledger_store::Store;
 use opledger_worker::ComputeThreads;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 use tokio::sync::watch;
 
@@ -37,15 +37,6 @@ pub(crate) struct FileReading {
     /// How long a write may fail on storage trouble (see `patience`).
     pub give_up_after: Duration,
     pub tools: Tools,
-}
-
-/// A file of this run that is being processed.
-pub(crate) struct InFlight {
-    pub claim: IngestionClaim,
-    /// The file on disk (its real bytes, which the ledger's text encodes).
-    pub path: PathBuf,
-    pub media_id: Option<MediaId>,
-    pub tasks: Vec<OperationId>,
 }
 
 /// What the run's files have come to so far.
@@ -452,16 +443,6 @@ fn growing_chunks<T>(items: Vec<T>, first: usize, size: usize) -> Vec<Vec<T>> {
     while items.peek().is_some() {
         out.push(items.by_ref().take(next).collect());
         next = (next * 2).min(size.max(1));
-    }
-    out
-}
-
-/// Chunks of `size` items, in order.
-pub(crate) fn chunks<T>(items: Vec<T>, size: usize) -> Vec<Vec<T>> {
-    let mut out = Vec::new();
-    let mut items = items.into_iter().peekable();
-    while items.peek().is_some() {
-        out.push(items.by_ref().take(size).collect());
     }
     out
 }

@@ -1,8 +1,7 @@
 //! The end of each file: once all its image tasks have settled, its
 //! ingestion finishes, with the tasks' outcomes as its output.
 
-use crate::drive::{chunks, InFlight};
-use crate::pipeline::CHUNK;
+use crate::run::{chunks, InFlight, CHUNK};
 use crate::IngestError;
 use opledger_domain::projections::ProcessingStateRow;
 use opledger_domain::{MediaId, OperationId, OperationStatus};

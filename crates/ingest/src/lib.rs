@@ -48,6 +48,7 @@ mod options;
 mod patience;
 mod pipeline;
 mod review;
+mod run;
 mod summary;
 mod tools;
 mod workers;

@@ -8,8 +8,9 @@ use crate::begin::begin;
 use crate::discover::{classify, walk};
 use crate::drive::{drive, FileReading};
 use crate::finish::finish_settled;
-use crate::lock::{flight_record_path, is_run_worker, left_flight_records, run_worker, IngestLock};
+use crate::lock::{flight_record_path, is_run_worker, left_flight_records};
 use crate::review::review_entries;
+use crate::run::{Run, CHUNK};
 use crate::tools::{retry_what_now_runs, wait_for, Tools};
 use crate::workers::ImageWorkers;
 use crate::{IngestError, IngestOptions, IngestProgress, IngestSummary, Interrupted};
@@ -18,12 +19,8 @@ use opledger_engine::{CommandContext, Engine, EngineError, IngestionClaim};
 use opledger_media::Settler;
 use opledger_store::{ErrorKind, Store, StoreError};
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// Files per transaction when starting, moving and finishing ingestions.
-pub(crate) const CHUNK: usize = 250;
 
 /// Applies the declarations of the image tasks (`opledger_media::KINDS_TOML`).
 /// A ledger whose recorded declarations of these kinds differ in what
@@ -267,61 +264,4 @@ const LOSS_HEARD_WITHIN: Duration = Duration::from_secs(2);
 
 fn is_conflict(error: &EngineError) -> bool {
     matches!(error, EngineError::Domain(DomainError::Conflict(_))) || error.is_store(ErrorKind::Conflict)
-}
-
-/// What a run holds from its start to its end: the folder, the lock, and
-/// the name it acts under in the ledger.
-pub(crate) struct Run<S: Store> {
-    /// The folder, canonical.
-    pub root: PathBuf,
-    /// Paths the walk leaves alone (canonical where they exist).
-    pub exclude: Vec<PathBuf>,
-    /// The worker name of this run's ingestions and image workers.
-    pub worker: String,
-    pub context: CommandContext,
-    /// Held for the whole run; dropped with it.
-    lock: IngestLock<S>,
-}
-
-impl<S: Store> Run<S> {
-    /// Checks the folder, takes the ingest lock (waiting for another
-    /// ingest of the database to end), and clears what a killed run left.
-    async fn prepare(engine: &Engine<S>, options: &IngestOptions) -> Result<Run<S>, IngestError> {
-        let root = std::fs::canonicalize(&options.root)
-            .map_err(|error| IngestError::Io(format!("cannot read folder {}: {error}", options.root.display())))?;
-        if !root.is_dir() {
-            return Err(IngestError::Io(format!("{} is not a folder", root.display())));
-        }
-        std::fs::create_dir_all(&options.thumbnails_dir)
-            .map_err(|error| IngestError::Io(format!("cannot create {}: {error}", options.thumbnails_dir.display())))?;
-        let lock = IngestLock::acquire(engine, || {
-            tracing::warn!("another ingest of this ledger runs; waiting for it")
-        })
-        .await
-        .map_err(|error| IngestError::Engine(error.into()))?;
-        tracing::debug!(lock = %lock.describe(), "holding the ingest lock");
-        // With the lock held no other ingest runs, so every temporary
-        // thumbnail in the folder is one a killed run left between writing
-        // it and renaming it into place: its claim is dead, and the task
-        // runs again under a new claim.
-        let abandoned = opledger_worker::remove_abandoned_outputs(&options.thumbnails_dir, |_| false)
-            .map_err(|error| IngestError::Io(format!("cleaning {}: {error}", options.thumbnails_dir.display())))?;
-        if abandoned > 0 {
-            tracing::info!(abandoned, "removed temporary thumbnails a killed run left behind");
-        }
-        let run = engine.ids().next();
-        let worker = run_worker(&run.simple().to_string());
-        let context = CommandContext::actor(worker.clone()).with_correlation(format!("ingest-{run}"));
-        let canonical = |path: &Path| std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
-        let mut exclude: Vec<PathBuf> = options.exclude.iter().map(|path| canonical(path)).collect();
-        exclude.push(canonical(&options.thumbnails_dir));
-        exclude.extend(lock.file().map(canonical));
-        Ok(Run {
-            root,
-            exclude,
-            worker,
-            context,
-            lock,
-        })
-    }
 }

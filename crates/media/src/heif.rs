@@ -9,8 +9,8 @@
 //! the picture upright itself (the container's rotation and mirror
 //! properties), so no EXIF orientation is applied after it.
 
-use crate::decode::{pixels_and_copy, DecodeLimits};
 use crate::error::MediaError;
+use crate::limits::{pixels_and_copy, DecodeLimits};
 use image::{DynamicImage, RgbImage, RgbaImage};
 use libheif_rs::{ColorSpace, HeifContext, LibHeif, RgbChroma};
 

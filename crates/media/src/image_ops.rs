@@ -19,6 +19,9 @@ use std::path::Path;
 /// at 256 px.
 const JPEG_QUALITY: u8 = 85;
 
+/// The thumbnail size the reference pipeline asks for.
+pub const DEFAULT_THUMBNAIL_SIDE: u32 = 256;
+
 /// What the metadata task reports about an image.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ImageMetadata {
@@ -89,6 +92,13 @@ pub(crate) fn oriented((width, height): (u32, u32), orientation: Orientation) ->
 /// stored", since it should not make a readable picture unreadable.
 pub(crate) fn orientation_of(decoder: &mut impl ImageDecoder) -> Orientation {
     decoder.orientation().unwrap_or(Orientation::NoTransforms)
+}
+
+/// The orientation named by an EXIF block; a damaged one means "as
+/// stored", since it should not make a readable picture unreadable.
+pub(crate) fn exif_orientation(exif: Option<&[u8]>) -> Orientation {
+    exif.and_then(Orientation::from_exif_chunk)
+        .unwrap_or(Orientation::NoTransforms)
 }
 
 /// Displayed dimensions from the header (and EXIF block) only.

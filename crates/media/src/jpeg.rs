@@ -24,9 +24,10 @@
 //!   after the first image's end (a second image some cameras append) is
 //!   not decoded.
 
-use crate::decode::{exif_orientation, pixels_and_copy, DecodeLimits};
 use crate::error::MediaError;
+use crate::image_ops::exif_orientation;
 use crate::jpeg_scan::{self, Huffman, Scan};
+use crate::limits::{pixels_and_copy, DecodeLimits};
 use image::metadata::Orientation;
 use image::{DynamicImage, GrayAlphaImage, GrayImage, RgbImage, RgbaImage};
 use zune_core::bytestream::ZCursor;

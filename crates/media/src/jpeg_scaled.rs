@@ -15,9 +15,10 @@
 //! full-size decode, whose judgement (and error message) is then the
 //! answer.
 
-use crate::decode::{exif_orientation, DecodeLimits};
 use crate::error::MediaError;
+use crate::image_ops::exif_orientation;
 use crate::jpeg::{self, Checked};
+use crate::limits::DecodeLimits;
 use image::metadata::Orientation;
 use image::{DynamicImage, GrayImage, RgbImage};
 use jpeg_decoder::{Decoder, PixelFormat};

@@ -63,6 +63,9 @@ pub mod image_ops;
 mod jpeg;
 mod jpeg_scaled;
 mod jpeg_scan;
+#[cfg(test)]
+mod jpeg_scan_tests;
+mod limits;
 pub mod paths;
 mod raw;
 pub mod samples;
@@ -104,7 +107,7 @@ pub use error::MediaError;
 pub use hash::{hash_file, hash_reader, sha256_hex, ContentHash, DIGEST_PREFIX};
 pub use image_ops::{
     encode_image, format_name, image_metadata, read_classified_metadata, read_metadata, shrink, thumbnail,
-    thumbnail_size, ImageMetadata, ThumbnailFormat,
+    thumbnail_size, ImageMetadata, ThumbnailFormat, DEFAULT_THUMBNAIL_SIDE,
 };
 pub use paths::{path_text, text_path};
 /// Synthetic camera RAWs for tests.
@@ -113,8 +116,7 @@ pub use raw::synthetic as raw_samples;
 pub use samples::{generate_samples, generate_samples_with, SampleOptions, SampleSet};
 pub use settle::{file_state, is_settled, FileState, SettleClock, SettleError, Settled, Settler, SystemSettleClock};
 pub use tasks::{
-    resolver_fn, ExecutionCounter, MetadataTask, PathResolver, PerceptualHashTask, ThumbnailTask,
-    DEFAULT_THUMBNAIL_SIDE, MAX_THUMBNAIL_SIDE,
+    resolver_fn, ExecutionCounter, MetadataTask, PathResolver, PerceptualHashTask, ThumbnailTask, MAX_THUMBNAIL_SIDE,
 };
 pub use video::{Ffmpeg, VideoFacts, NO_FFMPEG};
 pub use working::{decode_working, WorkingImage, DEFAULT_WORKING_SIDE};

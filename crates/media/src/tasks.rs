@@ -69,9 +69,6 @@ use std::sync::Arc;
 /// Counts task executions (every call of `run`, whatever its outcome).
 pub type ExecutionCounter = Arc<AtomicU64>;
 
-/// The thumbnail size the reference pipeline asks for.
-pub const DEFAULT_THUMBNAIL_SIDE: u32 = 256;
-
 /// The largest `max_side` a thumbnail task accepts: beyond it a "thumbnail"
 /// is a full-size copy, and a typo (25600) should fail loudly.
 pub const MAX_THUMBNAIL_SIDE: u32 = 4096;

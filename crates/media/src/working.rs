@@ -17,8 +17,7 @@
 use crate::camera::{camera_facts, CameraFacts};
 use crate::decode::{decode_with_image, DecodeLimits};
 use crate::error::MediaError;
-use crate::image_ops::{format_name, oriented, reader, shrink, thumbnail_size, ImageMetadata};
-use crate::tasks::DEFAULT_THUMBNAIL_SIDE;
+use crate::image_ops::{format_name, oriented, reader, shrink, thumbnail_size, ImageMetadata, DEFAULT_THUMBNAIL_SIDE};
 use image::{DynamicImage, ImageFormat};
 
 /// The working side the image tasks decode at unless a thumbnail asks for

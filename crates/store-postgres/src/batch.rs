@@ -19,7 +19,7 @@
 //! refuses fails the statement, and nothing of it stays.
 
 use crate::error::map;
-use crate::rows::Values;
+use crate::values::Values;
 use opledger_store::StoreError;
 use sqlx::PgConnection;
 

@@ -5,7 +5,6 @@
 //! `opledger_domain::chain`; the checks of it are `opledger_store`'s.
 
 use crate::error::map;
-use crate::tx::PostgresTx;
 use chrono::{DateTime, Utc};
 use opledger_domain::chain::{self, ChainEntry, ChainHash, ChainPoint, GENESIS};
 use opledger_domain::Timestamp;
@@ -57,24 +56,13 @@ fn entry(row: &PgRow) -> Result<ChainEntry, StoreError> {
 }
 
 /// Links the events of a log written before the chain existed (migration
-/// 0004), in seq order, in one write transaction (under the writers'
-/// advisory lock), before the store takes any work. Only a log whose first
-/// event has no link is filled, and only its unlinked prefix: a row without
-/// a link after a linked one was not written by opledger, and stays a
-/// break for the check to name.
-pub(crate) async fn fill_unchained(pool: &PgPool) -> Result<(), StoreError> {
-    let mut tx = PostgresTx::begin(pool).await?;
-    let result = fill_in(tx.conn().await?).await;
-    match result {
-        Ok(()) => tx.commit().await,
-        Err(error) => {
-            tx.rollback().await;
-            Err(error)
-        }
-    }
-}
-
-async fn fill_in(conn: &mut PgConnection) -> Result<(), StoreError> {
+/// 0004), in seq order, inside the write transaction `conn` holds (one,
+/// under the writers' advisory lock, before the store takes any work:
+/// `tx::fill_unchained`). Only a log whose first event has no link is
+/// filled, and only its unlinked prefix: a row without a link after a
+/// linked one was not written by opledger, and stays a break for the check
+/// to name.
+pub(crate) async fn fill_in(conn: &mut PgConnection) -> Result<(), StoreError> {
     let unchained: Option<bool> =
         sqlx::query_scalar("SELECT chain_hash IS NULL FROM media_operation_events WHERE seq = 1")
             .fetch_optional(&mut *conn)

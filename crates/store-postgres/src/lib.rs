@@ -81,6 +81,7 @@ mod requests;
 mod rows;
 mod scratch;
 pub mod tx;
+mod values;
 mod work;
 mod writer;
 
@@ -155,7 +156,7 @@ impl PostgresStore {
         let writers = pool(&options, config.write_connections, config.connect_timeout);
         let readers = pool(&options, config.read_connections, config.connect_timeout);
         tx::ensure_projection_tables(&writers).await?;
-        chain::fill_unchained(&writers).await?;
+        tx::fill_unchained(&writers).await?;
         let (queue, pieces) = tokio::sync::mpsc::channel(1024);
         let inner = Arc::new(Inner {
             config,

@@ -15,7 +15,8 @@
 
 use crate::ddl::{self, Copy};
 use crate::error::map;
-use crate::rows::{bind_cell, check_column, column_list, decode_cell, decode_row, sql_type, PgQuery, Values};
+use crate::rows::{check_column, column_list, decode_cell, decode_row, sql_type};
+use crate::values::{bind_cell, PgQuery, Values};
 use opledger_domain::projections::{Cell, ColumnType, Row};
 use opledger_store::page::{self, Direction, Page, PageQuery, Read};
 use opledger_store::StoreError;

@@ -10,8 +10,8 @@
 use crate::batch::{Bind, Statement};
 use crate::ddl::{self, Copy, SHADOW_SUFFIX};
 use crate::error::map;
-use crate::rows::Values;
-use crate::{rows, work};
+use crate::values::Values;
+use crate::{chain, rows, work};
 use opledger_domain::projections::{all_specs, Cell, ProjectionSpec, Row, RowChange, TableSpec};
 use opledger_domain::{EventEnvelope, Timestamp};
 use opledger_store::append::LogHead;
@@ -770,6 +770,21 @@ pub(crate) async fn ensure_projection_tables(pool: &PgPool) -> Result<(), StoreE
         Ok::<_, StoreError>(())
     }
     .await;
+    match result {
+        Ok(()) => tx.commit().await,
+        Err(error) => {
+            tx.rollback().await;
+            Err(error)
+        }
+    }
+}
+
+/// Links the events of a log written before the chain existed
+/// ([`chain::fill_in`]) in one write transaction, under the writers'
+/// advisory lock, before the store takes any work.
+pub(crate) async fn fill_unchained(pool: &PgPool) -> Result<(), StoreError> {
+    let mut tx = PostgresTx::begin(pool).await?;
+    let result = chain::fill_in(tx.conn().await?).await;
     match result {
         Ok(()) => tx.commit().await,
         Err(error) => {

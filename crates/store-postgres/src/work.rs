@@ -4,7 +4,8 @@
 use crate::batch::{Bind, Statement};
 use crate::ddl::{self, Copy};
 use crate::error::map;
-use crate::rows::{column_list, decode_row, Values};
+use crate::rows::{column_list, decode_row};
+use crate::values::Values;
 use chrono::{DateTime, Utc};
 use opledger_domain::projections::{state_table, Row, TableSpec, MEDIA_STATES_TABLE, REGION_STATES_TABLE};
 use opledger_domain::{OperationId, Timestamp};

@@ -1,12 +1,14 @@
 //! Export jobs as their callers see them: register one (refused when no
 //! supervisor is alive), read where it stands, ask it to stop, find its
-//! file. A job is an operation of kind [`EXPORT_KIND`]: its status, phases,
+//! file; and the sweep of files no job needs any more, which every
+//! registration and every supervisor's patrol runs. A job is an operation of kind [`EXPORT_KIND`]: its status, phases,
 //! final counts and outcome are events on its timeline; its heartbeat and
 //! running counters are liveness in the artifact directory (`live`).
 
 use crate::dir::ArtifactDir;
 use crate::export::{ExportSpec, Format, What};
-use crate::live::{live_supervisors, read_job};
+use crate::live::{fresh, live_supervisors, read_job};
+use crate::locks::FileLock;
 use crate::token::Secret;
 use crate::{Limits, SuperviseError, EXPORT_KIND};
 use opledger_domain::decide::OperationCommand;
@@ -109,7 +111,7 @@ pub async fn create_export<S: Store>(
         }
         _ => {}
     }
-    crate::supervisor::sweep_files(engine, dir, limits).await;
+    sweep_files(engine, dir, limits).await;
     if live_supervisors(dir, engine.now(), limits.staleness)?.is_empty() {
         return Err(unavailable(format!(
             "no supervisor is running for the artifact directory {}: start `opledger supervise` first",
@@ -351,4 +353,60 @@ pub async fn still_servable<S: Store>(
 /// The JSON output a success records.
 pub(crate) fn output_value(output: &ExportOutput) -> Value {
     serde_json::to_value(output).expect("an output serializes")
+}
+
+/// Removes expired artifacts and temporary files whose job's execution
+/// lock nobody holds. Run by every supervisor on its patrol and at every
+/// registration.
+///
+/// An artifact expires at the time its job recorded (`expires_at`), never
+/// by this sweeper's own expiry limit: supervisors started with different
+/// limits share one directory. Only a file no succeeded job records (its
+/// job failed after writing it, or it is not a job's) is judged by its
+/// age against this sweeper's limit.
+pub async fn sweep_files<S: Store>(engine: &Engine<S>, dir: &ArtifactDir, limits: &Limits) {
+    let now = engine.now();
+    if let Ok(entries) = std::fs::read_dir(dir.files_dir()) {
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let job = name.split('.').next().and_then(|stem| stem.parse::<OperationId>().ok());
+            let recorded = match job {
+                Some(job) => match output_of(engine, job).await {
+                    Ok(output) => output.filter(|output| output.artifact.file == name),
+                    // Its record cannot be read now: the next sweep decides.
+                    Err(_) => continue,
+                },
+                None => None,
+            };
+            let expired = match recorded {
+                Some(output) => output.artifact.expires_at <= now,
+                // A file's age is its modification time against the
+                // engine's clock: it was renamed into `files/` when its
+                // job succeeded.
+                None => entry
+                    .metadata()
+                    .and_then(|metadata| metadata.modified())
+                    .ok()
+                    .and_then(|modified| modified.duration_since(std::time::UNIX_EPOCH).ok())
+                    .and_then(|since| i64::try_from(since.as_micros()).ok())
+                    .is_some_and(|written| !fresh(Timestamp::from_micros(written), now, limits.expiry)),
+            };
+            if expired {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+    }
+    if let Ok(entries) = std::fs::read_dir(dir.tmp_dir()) {
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let job = path
+                .file_stem()
+                .and_then(|stem| stem.to_str())
+                .and_then(|stem| stem.parse::<OperationId>().ok());
+            let Some(job) = job else { continue };
+            if let Ok(Some(_lock)) = FileLock::try_take(&dir.job_lock(job)) {
+                let _ = std::fs::remove_file(&path);
+            }
+        }
+    }
 }

@@ -10,7 +10,8 @@
 //! reaping and cleanup before anything is recorded; failing — never
 //! re-running — a job whose supervisor died; the sweeping patrol), the
 //! artifact directory's layout and its liveness files (`dir`, `live`),
-//! registering, reading, cancelling and signing jobs (`jobs`, `token`),
+//! registering, reading, cancelling and signing jobs and sweeping the
+//! files they no longer need (`jobs`, `token`),
 //! and the export job itself (`export`: a fold of the log up to the
 //! pinned position, written as CSV or JSON with counted progress).
 //!
@@ -34,9 +35,10 @@ mod watch;
 
 pub use dir::ArtifactDir;
 pub use jobs::{cancel_export, create_export, export_status, ExportRequest, ExportStatus, Registered};
-pub use supervisor::{Supervisor, SupervisorOptions};
+pub use supervisor::Supervisor;
 
 use opledger_engine::EngineError;
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// The operation kind of export jobs. Not a declared task kind: an export
@@ -77,6 +79,24 @@ impl Default for Limits {
             grace: Duration::from_secs(5),
         }
     }
+}
+
+/// How a supervisor runs.
+#[derive(Debug, Clone)]
+pub struct SupervisorOptions {
+    /// Children at once on this machine, shared by every supervisor of the
+    /// directory (one lock file per slot).
+    pub slots: usize,
+    pub limits: Limits,
+    /// This supervisor's name (its worker name on claims).
+    pub name: String,
+    /// The binary to re-exec for a child, and the database it opens.
+    pub exe: PathBuf,
+    pub database_url: String,
+    /// How often it looks for queued jobs.
+    pub poll: Duration,
+    /// How often it sweeps.
+    pub patrol: Duration,
 }
 
 /// Why a supervised job failed, as recorded on its operation.

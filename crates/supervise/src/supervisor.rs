@@ -16,41 +16,21 @@
 
 use crate::dir::ArtifactDir;
 use crate::export::ExportSpec;
-use crate::jobs::spec_of;
+use crate::jobs::{spec_of, sweep_files};
 use crate::live::{fresh, read_job, write_supervisor, SupervisorLive};
 use crate::locks::FileLock;
-use crate::watch::Job;
-use crate::{FailReason, Limits, SuperviseError, EXPORT_KIND};
-use opledger_domain::decide::OperationCommand;
+use crate::watch::{context, fail, Job};
+use crate::{FailReason, SuperviseError, SupervisorOptions, EXPORT_KIND};
 use opledger_domain::projections::OperationRow;
-use opledger_domain::{DomainError, OperationId, OperationStatus, Timestamp};
-use opledger_engine::{CommandContext, Engine, EngineError, OperationItem, OpsFilter, PageRequest};
+use opledger_domain::{DomainError, OperationStatus, Timestamp};
+use opledger_engine::{Engine, EngineError, OperationItem, OpsFilter, PageRequest};
 use opledger_store::{ErrorKind, Store};
 use std::future::Future;
-use std::path::PathBuf;
 use std::time::Duration;
 use tokio::task::JoinSet;
 
 /// The most exports of one status a supervisor looks at in one pass.
 const LISTED: usize = 1_000;
-
-/// How a supervisor runs.
-#[derive(Debug, Clone)]
-pub struct SupervisorOptions {
-    /// Children at once on this machine, shared by every supervisor of the
-    /// directory (one lock file per slot).
-    pub slots: usize,
-    pub limits: Limits,
-    /// This supervisor's name (its worker name on claims).
-    pub name: String,
-    /// The binary to re-exec for a child, and the database it opens.
-    pub exe: PathBuf,
-    pub database_url: String,
-    /// How often it looks for queued jobs.
-    pub poll: Duration,
-    /// How often it sweeps.
-    pub patrol: Duration,
-}
 
 /// A running supervisor.
 pub struct Supervisor<S: Store> {
@@ -58,10 +38,6 @@ pub struct Supervisor<S: Store> {
     dir: ArtifactDir,
     options: SupervisorOptions,
     _alive: FileLock,
-}
-
-pub(crate) fn context(name: &str) -> CommandContext {
-    CommandContext::actor(format!("supervisor:{name}"))
 }
 
 impl<S: Store> Supervisor<S> {
@@ -348,82 +324,5 @@ fn lost_race(error: &EngineError) -> bool {
         EngineError::Domain(DomainError::Conflict(_) | DomainError::IllegalTransition(_)) => true,
         EngineError::Store(store) => store.kind == ErrorKind::Conflict,
         _ => false,
-    }
-}
-
-pub(crate) async fn fail<S: Store>(
-    engine: &Engine<S>,
-    context: &CommandContext,
-    job: OperationId,
-    claim_token: &str,
-    reason: FailReason,
-) -> Result<(), SuperviseError> {
-    engine
-        .operation_command(
-            context,
-            job,
-            OperationCommand::Fail {
-                claim_token: claim_token.to_string(),
-                error: reason.as_str().to_string(),
-                retryable: false,
-            },
-        )
-        .await?;
-    Ok(())
-}
-
-/// Removes expired artifacts and temporary files whose job's execution
-/// lock nobody holds. Run by every supervisor on its patrol and at every
-/// registration.
-///
-/// An artifact expires at the time its job recorded (`expires_at`), never
-/// by this sweeper's own expiry limit: supervisors started with different
-/// limits share one directory. Only a file no succeeded job records (its
-/// job failed after writing it, or it is not a job's) is judged by its
-/// age against this sweeper's limit.
-pub async fn sweep_files<S: Store>(engine: &Engine<S>, dir: &ArtifactDir, limits: &Limits) {
-    let now = engine.now();
-    if let Ok(entries) = std::fs::read_dir(dir.files_dir()) {
-        for entry in entries.flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let job = name.split('.').next().and_then(|stem| stem.parse::<OperationId>().ok());
-            let recorded = match job {
-                Some(job) => match crate::jobs::output_of(engine, job).await {
-                    Ok(output) => output.filter(|output| output.artifact.file == name),
-                    // Its record cannot be read now: the next sweep decides.
-                    Err(_) => continue,
-                },
-                None => None,
-            };
-            let expired = match recorded {
-                Some(output) => output.artifact.expires_at <= now,
-                // A file's age is its modification time against the
-                // engine's clock: it was renamed into `files/` when its
-                // job succeeded.
-                None => entry
-                    .metadata()
-                    .and_then(|metadata| metadata.modified())
-                    .ok()
-                    .and_then(|modified| modified.duration_since(std::time::UNIX_EPOCH).ok())
-                    .and_then(|since| i64::try_from(since.as_micros()).ok())
-                    .is_some_and(|written| !fresh(Timestamp::from_micros(written), now, limits.expiry)),
-            };
-            if expired {
-                let _ = std::fs::remove_file(entry.path());
-            }
-        }
-    }
-    if let Ok(entries) = std::fs::read_dir(dir.tmp_dir()) {
-        for entry in entries.flatten() {
-            let path = entry.path();
-            let job = path
-                .file_stem()
-                .and_then(|stem| stem.to_str())
-                .and_then(|stem| stem.parse::<OperationId>().ok());
-            let Some(job) = job else { continue };
-            if let Ok(Some(_lock)) = FileLock::try_take(&dir.job_lock(job)) {
-                let _ = std::fs::remove_file(&path);
-            }
-        }
     }
 }

@@ -1,18 +1,19 @@
 //! One job's supervision: the child started, its reports read, a look
 //! every second (heartbeats, a cancel request, the limits), the child
 //! stopped (SIGTERM, the grace, SIGKILL) and reaped, its files removed or
-//! its artifact renamed into place — and only then the outcome recorded.
+//! its artifact renamed into place — and only then the outcome recorded,
+//! under the supervisor's command context (`context`; `fail` is how the
+//! patrol, too, records a job that failed for good).
 
 use crate::dir::ArtifactDir;
 use crate::export::{ChildReport, ExportSpec};
 use crate::jobs::{output_value, Artifact, ExportOutput};
 use crate::live::{write_job, JobLive};
-use crate::supervisor::{context, fail, SupervisorOptions};
-use crate::{FailReason, SuperviseError};
+use crate::{FailReason, SuperviseError, SupervisorOptions};
 use opledger_domain::decide::OperationCommand;
 use opledger_domain::projections::OperationRow;
 use opledger_domain::{Cause, OperationId, Timestamp};
-use opledger_engine::Engine;
+use opledger_engine::{CommandContext, Engine};
 use opledger_store::Store;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -355,4 +356,32 @@ async fn sleep_until(at: Option<tokio::time::Instant>) {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
     }
+}
+
+/// The command context a supervisor records under (actor
+/// `supervisor:NAME`).
+pub(crate) fn context(name: &str) -> CommandContext {
+    CommandContext::actor(format!("supervisor:{name}"))
+}
+
+/// Fails a claimed job for good, with `reason` as its error.
+pub(crate) async fn fail<S: Store>(
+    engine: &Engine<S>,
+    context: &CommandContext,
+    job: OperationId,
+    claim_token: &str,
+    reason: FailReason,
+) -> Result<(), SuperviseError> {
+    engine
+        .operation_command(
+            context,
+            job,
+            OperationCommand::Fail {
+                claim_token: claim_token.to_string(),
+                error: reason.as_str().to_string(),
+                retryable: false,
+            },
+        )
+        .await?;
+    Ok(())
 }

@@ -1,10 +1,11 @@
 //! What each crate is built with, read from the manifests: the domain's
 //! dependencies are a short allowlist and none of them can read the clock
-//! or make ids; only the backends link a database driver; the testkit and
-//! the conformance suite are test-only; no product crate links the
-//! benchmarks or builds with `tempfile`.
+//! or make ids; the explanations build on the domain and plain data crates
+//! alone; only the backends link a database driver; the testkit and the
+//! conformance suite are test-only; no product crate links the benchmarks
+//! or builds with `tempfile`.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use toml_edit::Item;
 
 use super::{build_dependencies, library_dependency_closure, manifest, string_array, workspace_members};
@@ -24,6 +25,11 @@ const DOMAIN_ALLOWED: &[&str] = &[
     // RandomState is a disallowed type in crates/domain/clippy.toml).
     "foldhash",
 ];
+
+/// The only crates the explanations may depend on: the domain, whose rows
+/// and events they put into words, and the data crates the words are made
+/// with (serializable answers, payloads summed up, times in a zone).
+const EXPLAIN_ALLOWED: &[&str] = &["opledger-domain", "serde", "serde_json", "chrono"];
 
 /// The features a member's dependency entry turns on, with whether default
 /// features stay on, after merging `workspace = true` with the workspace's
@@ -60,22 +66,28 @@ fn effective_features(entry: &Item, name: &str) -> (BTreeSet<String>, bool) {
     (features, default_features)
 }
 
-#[test]
-fn domain_depends_only_on_the_pure_allowlist() {
-    let doc = manifest("crates/domain/Cargo.toml");
-    let dependencies = build_dependencies(&doc);
+/// The dependencies the library of the crate in `dir` is built with, which
+/// must all be in `allowed` (`rule` says why, in the failure message).
+fn dependencies_within(dir: &str, allowed: &[&str], rule: &str) -> BTreeMap<String, Item> {
+    let dependencies = build_dependencies(&manifest(&format!("{dir}/Cargo.toml")));
     assert!(
         !dependencies.is_empty(),
-        "the domain manifest lists no dependencies at all: is the parser broken?"
+        "the {dir} manifest lists no dependencies at all: is the parser broken?"
     );
     let outside: Vec<&String> = dependencies
         .keys()
-        .filter(|name| !DOMAIN_ALLOWED.contains(&name.as_str()))
+        .filter(|name| !allowed.contains(&name.as_str()))
         .collect();
     assert!(
         outside.is_empty(),
-        "crates/domain must stay pure; it may depend only on {DOMAIN_ALLOWED:?}, but it also depends on {outside:?}"
+        "{dir} {rule}; it may depend only on {allowed:?}, but it also depends on {outside:?}"
     );
+    dependencies
+}
+
+#[test]
+fn domain_depends_only_on_the_pure_allowlist() {
+    dependencies_within("crates/domain", DOMAIN_ALLOWED, "must stay pure");
 }
 
 #[test]
@@ -114,10 +126,37 @@ fn domain_uuid_cannot_generate_ids() {
     }
 }
 
+/// The explanations sit right above the domain: every reader (the engine's
+/// `describe`, the HTTP routes, the binary) says the same sentence through
+/// them, so they must not know a database, an async runtime or HTTP, nor
+/// read the clock (the present and the reader's zone are arguments). The
+/// domain, beneath them, does not depend on them.
+#[test]
+fn explain_depends_only_on_the_domain_and_plain_data_crates() {
+    let dependencies = dependencies_within(
+        "crates/explain",
+        EXPLAIN_ALLOWED,
+        "must know no database, async runtime or HTTP",
+    );
+    let chrono = dependencies
+        .get("chrono")
+        .expect("the explanations use chrono for times in the reader's zone");
+    let (features, default_features) = effective_features(chrono, "chrono");
+    assert!(
+        !default_features && !features.contains("clock"),
+        "crates/explain gets chrono with its `clock` feature ({features:?}); the present is an argument"
+    );
+    assert!(
+        !library_dependency_closure("opledger-domain").contains("opledger-explain"),
+        "the domain depends on opledger-explain; the words sit above the domain, never beneath it"
+    );
+}
+
 #[test]
 fn only_backend_crates_depend_on_database_drivers() {
     for member in [
         "opledger-domain",
+        "opledger-explain",
         "opledger-store",
         "opledger-engine",
         "opledger-worker",

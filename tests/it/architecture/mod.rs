@@ -4,11 +4,11 @@
 //! wall clock and makes ids, only the backend crates know a database
 //! driver, the store crate holds no SQL, the testkit and the conformance
 //! suite stay test-only dependencies, no product crate links the
-//! benchmarks, the engine's modules form no cycle, and the README's test
-//! command is what CI runs.
+//! benchmarks, no crate's modules (the binary's included) form a cycle, and
+//! the README's test command is what CI runs.
 //!
 //! By idea: `dependencies` reads manifests, `sources` scans source text
-//! for names and SQL, `modules` follows the engine's module paths, `ci`
+//! for names and SQL, `modules` follows each crate's module paths, `ci`
 //! compares the README with CI; `lexer` tells code from comments and
 //! literals for the scans that need it. The helpers they share are here.
 //!

@@ -1,12 +1,13 @@
-//! The engine's modules form no cycle: each file's `crate::`, `super::`
-//! and `self::` paths are read from its code (comments and literals
-//! blanked) and followed as edges between modules.
+//! No crate's modules form a cycle: each file's `crate::`, `super::` and
+//! `self::` paths are read from its code (comments and literals blanked)
+//! and followed as edges between the modules of its crate, for every
+//! workspace crate and the binary.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use super::lexer::{blank, Blank};
-use super::{crate_source_texts, line_at};
+use super::{crate_source_texts, line_at, workspace_members};
 
 /// A module of a crate, by its path from the crate root (`[]` is the root).
 type ModulePath = Vec<String>;
@@ -264,27 +265,39 @@ fn module_cycles(files: &[(PathBuf, String)]) -> Vec<String> {
     cycles
 }
 
-/// The engine's modules form layers: the command modules commit through
-/// the transaction plumbing beneath them (`tx`, `reactions`, `load`), which
-/// imports none of them. A cycle would let a change in one command module
-/// reach any other; the rule that decides what counts is on
-/// [`module_cycles`].
+/// Every crate's modules form layers: a module names only modules beneath
+/// it, as the engine's command modules commit through the transaction
+/// plumbing beneath them (`tx`, `reactions`, `load`), which imports none of
+/// them. A cycle would let a change in any module of it reach every other,
+/// and leaves no order to read or test them in; the rule that decides what
+/// counts is on [`module_cycles`]. The binary's `src/` is a crate too.
 #[test]
-fn engine_modules_form_no_cycle() {
-    let files = crate_source_texts("crates/engine");
-    assert!(
-        files.iter().any(|(path, _)| path == Path::new("lib.rs")) && files.len() > 5,
-        "found too few engine sources: is the scan looking in the right place?"
-    );
-    let cycles = module_cycles(&files);
-    assert!(
-        cycles.is_empty(),
-        "modules of crates/engine import each other in a circle:\n{}",
-        cycles.join("\n")
-    );
+fn no_crates_modules_import_each_other_in_a_circle() {
+    let mut crates: Vec<(String, String)> = workspace_members().into_iter().map(|(name, dir)| (dir, name)).collect();
+    crates.push((".".to_string(), "opledger".to_string()));
+    let mut found = Vec::new();
+    for (dir, name) in &crates {
+        let files = crate_source_texts(dir);
+        assert!(
+            files
+                .iter()
+                .any(|(path, _)| path == Path::new("lib.rs") || path == Path::new("main.rs")),
+            "found no lib.rs or main.rs under {dir}/src: is the scan looking in the right place?"
+        );
+        let cycles = module_cycles(&files);
+        if !cycles.is_empty() {
+            let place = if dir == "." { "src" } else { dir.as_str() };
+            found.push(format!(
+                "modules of {place} ({name}) import each other in a circle:\n  {}",
+                cycles.join("\n  ")
+            ));
+        }
+    }
+    assert!(crates.len() > 10, "found too few crates: is the workspace read right?");
+    assert!(found.is_empty(), "{}", found.join("\n"));
 }
 
-/// The engine's check passes vacuously if the reader misses paths.
+/// The check passes vacuously if the reader misses paths.
 #[test]
 fn the_module_cycle_check_finds_a_small_cycle_and_names_it() {
     let file = |path: &str, text: &str| (PathBuf::from(path), text.to_string());

@@ -274,7 +274,6 @@ fn json_type(value: &Value) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kinds::legacy;
     use serde_json::json;
 
     fn target() -> Map<String, Value> {
@@ -345,19 +344,6 @@ mod tests {
             }
         }
         assert!(complete_inputs(&kind, &json!({"model": "m"}), &Map::new()).is_err());
-    }
-
-    #[test]
-    fn a_negative_thumbnail_side_is_refused_at_request() {
-        let thumbnail = legacy::declarations()
-            .into_iter()
-            .find(|kind| kind.name == "thumbnail")
-            .unwrap();
-        let refused = complete_inputs(&thumbnail, &json!({"max_side": -5}), &target()).unwrap_err();
-        assert!(
-            refused.to_string().contains("\"max_side\" must be at least 1"),
-            "{refused}"
-        );
     }
 
     #[test]

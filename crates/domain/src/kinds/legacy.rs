@@ -141,3 +141,24 @@ pub fn facts(kind: &str) -> Option<TaskFacts> {
         .find(|declaration| declaration.name == kind)
         .map(TaskFacts::of)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kinds::complete_inputs;
+    use serde_json::json;
+
+    #[test]
+    fn a_negative_thumbnail_side_is_refused_at_request() {
+        let target = [("content_digest".to_string(), json!("abc"))].into_iter().collect();
+        let thumbnail = declarations()
+            .into_iter()
+            .find(|kind| kind.name == "thumbnail")
+            .unwrap();
+        let refused = complete_inputs(&thumbnail, &json!({"max_side": -5}), &target).unwrap_err();
+        assert!(
+            refused.to_string().contains("\"max_side\" must be at least 1"),
+            "{refused}"
+        );
+    }
+}

@@ -16,12 +16,10 @@ use crate::error::FoldError;
 use crate::events::Event;
 use crate::ids::{MediaId, OperationId, RegionId};
 use crate::kinds::BlockedOn;
+pub use crate::status::INGESTION_FILE;
 use crate::status::{IngestionStage, OperationStatus};
 use crate::time::Timestamp;
 use crate::transitions::{self, INITIAL_STATUSES};
-
-/// The task kind of file ingestions, the only kind that carries a stage.
-pub const INGESTION_FILE: &str = "ingestion.file";
 
 pub static OPERATIONS_TABLE: TableSpec = TableSpec {
     name: "media_operations",

@@ -6,13 +6,13 @@
 //! only once the log moved. Every scenario ends with replay identical.
 
 use futures::StreamExt;
-use opledger_domain::explain::history::history_lines;
-use opledger_domain::explain::QueuePosition;
 use opledger_domain::{DomainError, MediaId, OperationId, Timestamp};
 use opledger_engine::{
     parse_kinds, ClaimRequest, CommandContext, Completion, Engine, EngineError, FixedClock, FixedJitter, Progress,
     SequentialIds, TaskClaim, TaskRequest, TaskTarget,
 };
+use opledger_explain::history::history_lines;
+use opledger_explain::QueuePosition;
 use opledger_store::Store;
 use opledger_testkit::{backend_tests, Backend};
 use serde_json::json;

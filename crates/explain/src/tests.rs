@@ -3,15 +3,15 @@
 
 use super::history::history_lines;
 use super::*;
-use crate::envelope::{EventEnvelope, StreamId};
-use crate::events::{
+use chrono::{FixedOffset, Utc};
+use opledger_domain::envelope::{EventEnvelope, StreamId};
+use opledger_domain::events::{
     Event, OperationClaimed, OperationCreated, OperationFailed, OperationProgressed, OperationReason,
     OperationRetryScheduled, OperationStarted, OperationSucceeded, OperationTarget, ReviewResolved,
 };
-use crate::ids::{MediaId, OperationId};
-use crate::status::CapabilityStatus;
-use crate::tasks::{RetryPolicy, TargetType};
-use chrono::{FixedOffset, Utc};
+use opledger_domain::ids::{MediaId, OperationId};
+use opledger_domain::status::CapabilityStatus;
+use opledger_domain::tasks::{RetryPolicy, TargetType};
 use uuid::Uuid;
 
 fn at(text: &str) -> Timestamp {

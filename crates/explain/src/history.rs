@@ -6,10 +6,10 @@
 //! form; this is the plain one.
 
 use super::words::{clock_time, millis_between, quote, short_actor, short_id, span, summarize, QUOTE_CHARS};
-use crate::envelope::EventEnvelope;
-use crate::events::{Event, OperationTarget};
-use crate::time::Timestamp;
 use chrono::TimeZone;
+use opledger_domain::envelope::EventEnvelope;
+use opledger_domain::events::{Event, OperationTarget};
+use opledger_domain::time::Timestamp;
 use std::fmt::Display;
 
 /// The actor column's width; longer names push the text right.

@@ -1,23 +1,32 @@
-//! Explaining an operation to a person: why it stands where it stands, as
-//! a typed [`Why`] and one sentence, and its history as lines
-//! ([`history`]).
+//! The words a person reads about the ledger: why an operation stands
+//! where it stands, as a typed [`Why`] and one sentence; its timeline as
+//! history lines ([`history`]); and the pieces both are made of
+//! ([`words`]): durations, clock times in the reader's zone, short actors
+//! and ids, and values quoted short for display.
 //!
 //! Pure functions of the projected rows (the operation, its processing
 //! state, its capability), the kind's retry policy, the operation's place
 //! in the claim queue, and the time: the engine gathers those facts, this
-//! module decides what they mean, and any reader (the CLI, an HTTP service)
-//! renders the same sentence. The reader's time zone is an argument, so the
-//! domain reads no clock and no environment.
+//! crate decides what they mean, and any reader (the CLI, an HTTP service)
+//! renders the same sentence. The reader's time zone is an argument, so it
+//! reads no clock and no environment.
+//!
+//! It must not know a database, an async runtime or HTTP: it depends on
+//! `opledger-domain` (whose rows and events it puts into words) and on
+//! plain data crates only, which `tests/it/architecture/dependencies.rs`
+//! checks. *Why:* the presentation is not the domain (a sentence can be
+//! reworded without touching a fold), and every reader must say the same
+//! thing about the same facts, whatever it reads them through.
 
 pub mod history;
 pub mod words;
 
-use crate::kinds::BlockedOn;
-use crate::projections::{CapabilityRow, OperationRow, ProcessingStateRow, INGESTION_FILE};
-use crate::status::{CapabilityStatus, IngestionStage, OperationStatus};
-use crate::tasks::RetryPolicy;
-use crate::time::Timestamp;
 use chrono::TimeZone;
+use opledger_domain::kinds::BlockedOn;
+use opledger_domain::projections::{CapabilityRow, OperationRow, ProcessingStateRow, INGESTION_FILE};
+use opledger_domain::status::{CapabilityStatus, IngestionStage, OperationStatus};
+use opledger_domain::tasks::RetryPolicy;
+use opledger_domain::time::Timestamp;
 use serde::Serialize;
 use std::fmt::Display;
 use words::{clock_time, millis_between, quote, short_id, span, QUOTE_CHARS};

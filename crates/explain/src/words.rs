@@ -2,8 +2,8 @@
 //! time zone, spans of time, short actor names, and one-line quotes of
 //! texts and payloads. Pure: the zone and the present arrive as arguments.
 
-use crate::time::Timestamp;
 use chrono::TimeZone;
+use opledger_domain::time::Timestamp;
 use serde_json::Value;
 use std::fmt::Display;
 
