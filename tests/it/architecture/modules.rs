@@ -28,6 +28,54 @@ fn module_of_file(relative: &Path) -> ModulePath {
     parts
 }
 
+/// Each file's module: by its place under `src`, or, for a file that a
+/// `#[path = "…"] mod name;` loads, `name` under the module that declares
+/// it (the path read from the declaring file's directory, as rustc does
+/// for a file that is not a `mod.rs`).
+fn modules_of(files: &[(PathBuf, String)]) -> BTreeMap<PathBuf, ModulePath> {
+    let mut modules: BTreeMap<PathBuf, ModulePath> = files
+        .iter()
+        .map(|(path, _)| (path.clone(), module_of_file(path)))
+        .collect();
+    for (path, source) in files {
+        let code = blank(source, Blank::Comments);
+        for (loaded, name) in path_declarations(&code) {
+            let file = path.parent().unwrap_or(Path::new("")).join(loaded);
+            if modules.contains_key(&file) {
+                let mut module = modules[path].clone();
+                module.push(name);
+                modules.insert(file, module);
+            }
+        }
+    }
+    modules
+}
+
+/// The `#[path = "file"] mod name;` declarations of a file's code: each
+/// file with the module name it is loaded as.
+fn path_declarations(code: &str) -> Vec<(String, String)> {
+    let mut found = Vec::new();
+    for (at, _) in code.match_indices("#[path") {
+        let rest = &code[at..];
+        let Some(open) = rest.find('"') else { continue };
+        let Some(close) = rest[open + 1..].find('"') else {
+            continue;
+        };
+        let file = rest[open + 1..open + 1 + close].to_string();
+        let after = &rest[open + 1 + close..];
+        let Some(declared) = after.find("mod ") else { continue };
+        let name: String = after[declared + 4..]
+            .trim_start()
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        if !name.is_empty() {
+            found.push((file, name));
+        }
+    }
+    found
+}
+
 /// Every path a file's code names through `crate::`, `super::` or `self::`
 /// (use declarations with their `{…}` groups, and paths in expressions and
 /// types), resolved against the file's module `at`, with its line.
@@ -167,11 +215,12 @@ fn use_tree(
 /// declares, so `tx` naming `work` while `work::claim` names `tx` is a
 /// cycle (a child naming its parent still counts for nothing).
 fn module_cycles(files: &[(PathBuf, String)]) -> Vec<String> {
-    let modules: BTreeSet<ModulePath> = files.iter().map(|(path, _)| module_of_file(path)).collect();
+    let module_of = modules_of(files);
+    let modules: BTreeSet<ModulePath> = module_of.values().cloned().collect();
     // from → to → the first place `from` names `to`.
     let mut edges: BTreeMap<ModulePath, BTreeMap<ModulePath, String>> = BTreeMap::new();
     for (path, source) in files {
-        let from = module_of_file(path);
+        let from = module_of[path].clone();
         for (named, line) in named_paths(source, &from) {
             let to = (0..=named.len())
                 .rev()
@@ -189,12 +238,12 @@ fn module_cycles(files: &[(PathBuf, String)]) -> Vec<String> {
         }
     }
     for (path, _) in files {
-        let child = module_of_file(path);
+        let child = module_of[path].clone();
         if let Some((_, parent)) = child.split_last() {
             let declared_in = files
                 .iter()
                 .map(|(path, _)| path)
-                .find(|path| module_of_file(path) == parent)
+                .find(|path| module_of[*path] == parent)
                 .map_or_else(|| "its parent".to_string(), |path| path.display().to_string());
             edges
                 .entry(parent.to_vec())
@@ -361,6 +410,28 @@ fn the_module_cycle_check_counts_a_named_parent_as_reaching_its_children() {
         vec![
             "tx → work → work::claim → tx: tx → work (tx.rs:1), work → work::claim (declared in work/mod.rs), \
              work::claim → tx (work/claim.rs:1)"
+                .to_string()
+        ]
+    );
+}
+
+#[test]
+fn the_module_cycle_check_reads_a_file_a_path_attribute_loads_as_the_module_it_declares() {
+    let file = |path: &str, text: &str| (PathBuf::from(path), text.to_string());
+    let through_tests = [
+        file("lib.rs", "mod a;\nmod b;\n"),
+        file(
+            "a.rs",
+            "pub struct A;\n#[cfg(test)]\n#[path = \"a_tests.rs\"]\nmod tests;\n",
+        ),
+        file("a_tests.rs", "use super::A;\nuse crate::b::B;\n"),
+        file("b.rs", "use crate::a::A;\npub struct B;\n"),
+    ];
+    assert_eq!(
+        module_cycles(&through_tests),
+        vec![
+            "a → a::tests → b → a: a → a::tests (declared in a.rs), a::tests → b (a_tests.rs:2), \
+             b → a (b.rs:1)"
                 .to_string()
         ]
     );
