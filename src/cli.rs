@@ -449,6 +449,7 @@ pub enum TaskCommand {
     /// Request a task kind on a media item or region at the revision its inputs determine.
     Request(RequestArgs),
     /// Claim available tasks (after one recovery pass); prints the claim(s), or a null token.
+    #[command(disable_version_flag = true)]
     Claim(ClaimArgs),
     /// Extend a claim's lease; tells whether cancellation was requested.
     Heartbeat(HeartbeatArgs),
@@ -522,6 +523,13 @@ pub struct ClaimArgs {
     /// Task kinds to take (repeat, or separate with commas); any kind when absent.
     #[arg(long = "kind", value_name = "KIND", value_delimiter = ',')]
     pub kinds: Vec<String>,
+    /// A version of the kind this worker's code implements (repeat): only
+    /// tasks requested at a stated version are offered. `KIND=VERSION`
+    /// names the kind; a bare `VERSION` is of the one `--kind`. Without
+    /// it, any version is offered (unsafe: old code may run work requested
+    /// for a newer version).
+    #[arg(long = "version", value_name = "[KIND=]VERSION")]
+    pub versions: Vec<String>,
     /// Who claims: recorded on the claim and shown on the timeline.
     #[arg(long)]
     pub worker: String,

@@ -89,10 +89,14 @@ async fn apply<S: Store>(engine: &Engine<S>, file: &Path, dry_run: bool, as_json
                 KindStatus::Changed => "changed",
                 KindStatus::Refused => "refused",
             };
-            let detail = match (&kind.error, kind.stale_items) {
-                (Some(error), _) => format!("  {error}"),
-                (None, 0) => String::new(),
-                (None, stale) => format!("  ({stale} result(s) now stale)"),
+            let detail = match (&kind.error, kind.stale_items, kind.retargeted) {
+                (Some(error), _, _) => format!("  {error}"),
+                (None, 0, 0) => String::new(),
+                (None, stale, 0) => format!("  ({stale} result(s) now stale)"),
+                (None, stale, moved) => format!(
+                    "  ({stale} result(s) now stale; {moved} waiting task(s) moved to version {})",
+                    kind.version
+                ),
             };
             println!("{:<20} {:<10} version {}{detail}", kind.name, status, kind.version);
         }

@@ -15,6 +15,7 @@ use opledger_engine::{
 };
 use opledger_store::Store;
 use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
 
 /// The actor of recovery's events.
@@ -172,6 +173,7 @@ async fn claim<S: Store>(engine: &Engine<S>, args: &ClaimArgs, as_json: bool) ->
                 lease_ms: args.lease * 1_000,
                 limit: args.limit,
                 principal: None,
+                versions: stated_versions(&args.kinds, &args.versions)?,
             },
         )
         .await?;
@@ -190,6 +192,31 @@ async fn claim<S: Store>(engine: &Engine<S>, args: &ClaimArgs, as_json: bool) ->
         engine.release_task(&context, &fence, UNDELIVERED).await?;
     }
     Err(OutputClosed.into())
+}
+
+/// The versions `--version` states, by kind: `KIND=VERSION`, or a bare
+/// `VERSION` of the one `--kind` given.
+fn stated_versions(kinds: &[String], given: &[String]) -> anyhow::Result<BTreeMap<String, BTreeSet<String>>> {
+    let mut versions: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for text in given {
+        let named = text
+            .split_once('=')
+            .filter(|(kind, _)| kinds.iter().any(|named| named == kind));
+        let (kind, version) = match (named, kinds) {
+            (Some((kind, version)), _) => (kind.to_string(), version.to_string()),
+            (None, [kind]) => (kind.clone(), text.clone()),
+            (None, _) => {
+                return Err(UsageError(format!(
+                    "--version {} names no kind: with {} --kind, write KIND=VERSION with one of them",
+                    opledger_domain::quoted(text),
+                    if kinds.is_empty() { "no" } else { "several" }
+                ))
+                .into())
+            }
+        };
+        versions.entry(kind).or_default().insert(version);
+    }
+    Ok(versions)
 }
 
 async fn complete<S: Store>(engine: &Engine<S>, args: &CompleteArgs, as_json: bool) -> anyhow::Result<()> {

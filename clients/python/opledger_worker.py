@@ -15,7 +15,14 @@ returns.
         ...
         return {"bytes": 1234}
 
-    Worker(Client("http://127.0.0.1:8080", TOKEN), ["thumbnail"], thumbnail).run()
+    Worker(Client("http://127.0.0.1:8080", TOKEN), {"thumbnail": "3"}, thumbnail).run()
+
+The worker states the version of each kind its code implements
+(`{"thumbnail": "3"}`, or a list of versions): it is offered only tasks
+requested at one of them, and each task says the version it was requested
+at (`task.kind_version`). A worker given a plain list of kinds states no
+version and is offered any: the unsafe legacy mode, in which old code may
+run work requested for a newer version of its kind.
 
 Reports are fenced by the service: a report on a claim that no longer
 holds its task (it expired and was recovered, or was cancelled) is refused
@@ -153,9 +160,17 @@ class Client:
 
     # Taking and holding work.
 
-    def claim(self, worker, kinds=(), lease_ms=60000, limit=1, wait_ms=0):
-        """Up to `limit` claims; waits up to `wait_ms` for one (a long-poll)."""
+    def claim(self, worker, kinds=(), lease_ms=60000, limit=1, wait_ms=0, versions=None):
+        """Up to `limit` claims; waits up to `wait_ms` for one (a long-poll).
+
+        `versions` maps a kind of `kinds` to the versions of it this worker
+        implements (a string or a list): only tasks requested at one of them
+        are offered."""
         body = {"worker": worker, "kinds": list(kinds), "lease_ms": lease_ms, "limit": limit, "wait_ms": wait_ms}
+        if versions:
+            body["versions"] = {
+                kind: [stated] if isinstance(stated, str) else list(stated) for kind, stated in versions.items()
+            }
         return self.call("POST", "/api/v1/claims", body, timeout=self._timeout + wait_ms / 1000.0)["claims"]
 
     def _on(self, token, action, body, revision, worker):
@@ -259,6 +274,11 @@ class Task:
 class Worker:
     """Runs `handler(task)` for each claimed task of `kinds`.
 
+    `kinds` maps each kind to the version (or list of versions) of it the
+    handler implements, e.g. `{"embedding": "2"}`: only tasks requested at
+    those versions are claimed. A plain list of kinds claims any version
+    (unsafe: old code may run work requested for a newer version).
+
     The handler returns the output (a JSON object: a dict), raises `NoResult(reason)`
     when it found nothing to produce, raises `Cancelled` (or returns) once
     `task.cancelled`, and raises anything else to fail the task (retried as
@@ -270,6 +290,7 @@ class Worker:
                  heartbeat_every=None, limit=1, terminal_errors=(), on_reported=None, log=None):
         self.client = client
         self.kinds = list(kinds)
+        self.versions = dict(kinds) if isinstance(kinds, dict) else None
         self.handler = handler
         self.name = worker_name or "%s-%d" % (socket.gethostname(), os.getpid())
         self.lease_ms = lease_ms
@@ -302,7 +323,8 @@ class Worker:
         pause = 0.1
         while not self.stopping:
             try:
-                claims = self.client.claim(self.name, self.kinds, self.lease_ms, self.limit, self.wait_ms)
+                claims = self.client.claim(self.name, self.kinds, self.lease_ms, self.limit, self.wait_ms,
+                                           versions=self.versions)
                 pause = 0.1
             except (ApiError, OSError, http.client.HTTPException) as error:
                 if isinstance(error, ApiError) and error.status in (400, 401, 403, 422):

@@ -1,4 +1,4 @@
--- processing_states, version 4 (PostgreSQL). See media_registry/postgres.sql
+-- processing_states, version 5 (PostgreSQL). See media_registry/postgres.sql
 -- for the t: and r: placeholders. Each row's task kind is a declared kind of
 -- its table's target type: `task_target` is a constant of the table, and
 -- (task_kind, task_target) references task_kinds (name, target). Which
@@ -24,6 +24,7 @@ CREATE TABLE {{t:media_processing_states}} (
     priority           bigint      NOT NULL,
     requested_revision text        NOT NULL,
     inputs             text        NOT NULL,
+    task_version       text,
     claimed_revision   text,
     completed_revision text,
     output             text,
@@ -53,10 +54,12 @@ CREATE TABLE {{t:media_processing_states}} (
     CHECK (output IS NULL OR completed_revision IS NOT NULL)
 ) WITH (fillfactor = 90, autovacuum_vacuum_scale_factor = 0.02, autovacuum_vacuum_threshold = 1000);
 
--- Claims: the claimable rows only, in claim order, per kind (a claim for
--- given kinds), and in claim order across kinds (a claim for any kind reads
--- the first rows in order and stops, instead of sorting the whole queue).
-CREATE INDEX {{t:media_processing_states}}_claimable ON {{r:media_processing_states}} (task_kind, priority DESC, available_at, operation_id)
+-- Claims: the claimable rows only, in claim order, per kind and version (a
+-- claim for given kinds reads one range per version its worker states, or
+-- per version queued when it states none), and in claim order across kinds
+-- (a claim for any kind reads the first rows in order and stops, instead
+-- of sorting the whole queue).
+CREATE INDEX {{t:media_processing_states}}_claimable ON {{r:media_processing_states}} (task_kind, task_version, priority DESC, available_at, operation_id)
     WHERE status IN ('queued', 'retry_waiting');
 CREATE INDEX {{t:media_processing_states}}_claim_order ON {{r:media_processing_states}} (priority DESC, available_at, operation_id)
     WHERE status IN ('queued', 'retry_waiting');
@@ -77,6 +80,7 @@ CREATE TABLE {{t:region_processing_states}} (
     priority           bigint      NOT NULL,
     requested_revision text        NOT NULL,
     inputs             text        NOT NULL,
+    task_version       text,
     claimed_revision   text,
     completed_revision text,
     output             text,
@@ -106,10 +110,12 @@ CREATE TABLE {{t:region_processing_states}} (
     CHECK (output IS NULL OR completed_revision IS NOT NULL)
 ) WITH (fillfactor = 90, autovacuum_vacuum_scale_factor = 0.02, autovacuum_vacuum_threshold = 1000);
 
--- Claims: the claimable rows only, in claim order, per kind (a claim for
--- given kinds), and in claim order across kinds (a claim for any kind reads
--- the first rows in order and stops, instead of sorting the whole queue).
-CREATE INDEX {{t:region_processing_states}}_claimable ON {{r:region_processing_states}} (task_kind, priority DESC, available_at, operation_id)
+-- Claims: the claimable rows only, in claim order, per kind and version (a
+-- claim for given kinds reads one range per version its worker states, or
+-- per version queued when it states none), and in claim order across kinds
+-- (a claim for any kind reads the first rows in order and stops, instead
+-- of sorting the whole queue).
+CREATE INDEX {{t:region_processing_states}}_claimable ON {{r:region_processing_states}} (task_kind, task_version, priority DESC, available_at, operation_id)
     WHERE status IN ('queued', 'retry_waiting');
 CREATE INDEX {{t:region_processing_states}}_claim_order ON {{r:region_processing_states}} (priority DESC, available_at, operation_id)
     WHERE status IN ('queued', 'retry_waiting');

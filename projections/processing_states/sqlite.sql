@@ -1,4 +1,4 @@
--- processing_states, version 4 (SQLite). See media_registry/sqlite.sql for
+-- processing_states, version 5 (SQLite). See media_registry/sqlite.sql for
 -- the t: and r: placeholders. Each row's task kind is a declared kind of
 -- its table's target type: `task_target` is a constant of the table, and
 -- (task_kind, task_target) references task_kinds (name, target). Which
@@ -15,6 +15,7 @@ CREATE TABLE {{t:media_processing_states}} (
     priority           INTEGER NOT NULL,
     requested_revision TEXT    NOT NULL,
     inputs             TEXT    NOT NULL,
+    task_version       TEXT,
     claimed_revision   TEXT,
     completed_revision TEXT,
     output             TEXT,
@@ -44,10 +45,12 @@ CREATE TABLE {{t:media_processing_states}} (
     CHECK (output IS NULL OR completed_revision IS NOT NULL)
 );
 
--- Claims: the claimable rows only, in claim order, per kind (claims that
--- name kinds) and across kinds (claims that take any), so a claim reads the
--- head of the queue instead of sorting all of it.
-CREATE INDEX {{t:media_processing_states}}_claimable ON {{r:media_processing_states}} (task_kind, priority DESC, available_at, operation_id)
+-- Claims: the claimable rows only, in claim order, per kind and version
+-- (claims that name kinds read one range per version the worker states,
+-- or per version queued when it states none) and across kinds (claims
+-- that take any), so a claim reads the head of the queue instead of
+-- sorting all of it.
+CREATE INDEX {{t:media_processing_states}}_claimable ON {{r:media_processing_states}} (task_kind, task_version, priority DESC, available_at, operation_id)
     WHERE status IN ('queued', 'retry_waiting');
 CREATE INDEX {{t:media_processing_states}}_claimable_any ON {{r:media_processing_states}} (priority DESC, available_at, operation_id)
     WHERE status IN ('queued', 'retry_waiting');
@@ -68,6 +71,7 @@ CREATE TABLE {{t:region_processing_states}} (
     priority           INTEGER NOT NULL,
     requested_revision TEXT    NOT NULL,
     inputs             TEXT    NOT NULL,
+    task_version       TEXT,
     claimed_revision   TEXT,
     completed_revision TEXT,
     output             TEXT,
@@ -97,10 +101,12 @@ CREATE TABLE {{t:region_processing_states}} (
     CHECK (output IS NULL OR completed_revision IS NOT NULL)
 );
 
--- Claims: the claimable rows only, in claim order, per kind (claims that
--- name kinds) and across kinds (claims that take any), so a claim reads the
--- head of the queue instead of sorting all of it.
-CREATE INDEX {{t:region_processing_states}}_claimable ON {{r:region_processing_states}} (task_kind, priority DESC, available_at, operation_id)
+-- Claims: the claimable rows only, in claim order, per kind and version
+-- (claims that name kinds read one range per version the worker states,
+-- or per version queued when it states none) and across kinds (claims
+-- that take any), so a claim reads the head of the queue instead of
+-- sorting all of it.
+CREATE INDEX {{t:region_processing_states}}_claimable ON {{r:region_processing_states}} (task_kind, task_version, priority DESC, available_at, operation_id)
     WHERE status IN ('queued', 'retry_waiting');
 CREATE INDEX {{t:region_processing_states}}_claimable_any ON {{r:region_processing_states}} (priority DESC, available_at, operation_id)
     WHERE status IN ('queued', 'retry_waiting');

@@ -63,6 +63,7 @@ fn claim_json(claim: &TaskClaim) -> Value {
         "media_id": claim.media_id.map(|id| id.to_string()),
         "region_id": claim.region_id.map(|id| id.to_string()),
         "task_kind": claim.task_kind,
+        "kind_version": claim.kind_version,
         "revision": claim.revision,
         "inputs": claim.inputs,
         "lease_expires_at": claim.lease_expires_at.to_rfc3339(),
@@ -97,8 +98,9 @@ pub fn claims(claims: &[TaskClaim], many: bool, as_json: bool) {
             (None, None) => "no target".to_string(),
         };
         println!(
-            "claimed {} on {target}: token {} until {} (operation {}, revision {}, attempt {})",
+            "claimed {} version {} on {target}: token {} until {} (operation {}, revision {}, attempt {})",
             claim.task_kind,
+            claim.kind_version.as_deref().unwrap_or("?"),
             claim.claim_token,
             claim.lease_expires_at,
             claim.operation_id,

@@ -21,7 +21,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", required=True)
     parser.add_argument("--token", default=os.environ.get("OPLEDGER_TOKEN", ""))
-    parser.add_argument("--kinds", default="", help="comma-separated task kinds (empty: any)")
+    parser.add_argument("--kinds", default="",
+                        help="comma-separated task kinds, each KIND or KIND=VERSION (empty: any)")
     parser.add_argument("--name", required=True)
     parser.add_argument("--sleep-ms", type=int, default=0, help="time each task takes")
     parser.add_argument("--first-sleep-ms", type=int, default=None, help="time the first task takes")
@@ -59,7 +60,14 @@ def main():
         sys.stderr.write("[%s] %s\n" % (args.name, message))
         sys.stderr.flush()
 
-    kinds = [kind for kind in args.kinds.split(",") if kind]
+    named = [kind for kind in args.kinds.split(",") if kind]
+    # KIND=VERSION states the version its code implements.
+    if any("=" in kind for kind in named):
+        if not all("=" in kind for kind in named):
+            parser.error("--kinds: state a version for every kind or for none")
+        kinds = dict(kind.split("=", 1) for kind in named)
+    else:
+        kinds = named
     worker = Worker(Client(args.url, args.token), kinds, handler, worker_name=args.name,
                     lease_ms=args.lease_ms, wait_ms=args.wait_ms, limit=args.limit,
                     on_reported=reported, log=log)

@@ -199,6 +199,7 @@ pub async fn run_task_lifecycle<S: Store>(
                             lease_ms: 60_000,
                             limit: claim_batch,
                             principal: None,
+                            versions: Default::default(),
                         },
                     )
                     .await?;

@@ -257,6 +257,12 @@ pub struct OperationRevisionRequested {
     /// The task kind's version the new revision was computed with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task_version: Option<String>,
+    /// Why the revision changed when nobody asked for it: `version_changed`
+    /// for a waiting task re-targeted to its kind's new version
+    /// ([`crate::versions`]). `None` for a caller's request. Optional and
+    /// additive: requests recorded before it existed read as `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// The current version of a task's kind changed (a new model or

@@ -33,6 +33,7 @@ pub mod status;
 pub mod tasks;
 pub mod time;
 pub mod transitions;
+pub mod versions;
 pub mod work;
 
 pub use envelope::{EventEnvelope, NewEvent, StreamId};

@@ -24,6 +24,7 @@ fn held() -> ProcessingStateRow {
         priority: 0,
         requested_revision: "sha256:r1".into(),
         inputs: "{}".into(),
+        task_version: Some("1".into()),
         claimed_revision: Some("sha256:r1".into()),
         completed_revision: None,
         output: None,

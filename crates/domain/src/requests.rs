@@ -400,31 +400,43 @@ fn target_values_of(
     media: &BTreeMap<MediaId, MediaRow>,
     regions: &BTreeMap<RegionId, RegionRow>,
 ) -> Result<TargetValues, DomainError> {
-    let mut values = Map::new();
-    let (media_id, region_id) = match target {
+    let (media_id, region) = match target {
         TaskTarget::Media(media_id) => (media_id, None),
         TaskTarget::Region(region_id) => {
             let region = regions.get(&region_id).ok_or_else(|| DomainError::NotFound {
                 what: "region",
                 id: region_id.to_string(),
             })?;
-            values.insert(
-                "bbox".to_string(),
-                serde_json::json!({"x": region.x, "y": region.y, "width": region.width, "height": region.height}),
-            );
-            values.insert("region_revision".to_string(), Value::from(region.region_revision));
-            (region.media_id, Some(region_id))
+            (region.media_id, Some(region))
         }
     };
     let item = media.get(&media_id).ok_or_else(|| DomainError::NotFound {
         what: "media",
         id: media_id.to_string(),
     })?;
+    Ok((
+        media_id,
+        region.map(|region| region.region_id),
+        target_values(item, region),
+    ))
+}
+
+/// The inputs a target provides: the media item's digest and media kind;
+/// for a region (on that item) also its box and revision.
+pub fn target_values(item: &MediaRow, region: Option<&RegionRow>) -> Map<String, Value> {
+    let mut values = Map::new();
+    if let Some(region) = region {
+        values.insert(
+            "bbox".to_string(),
+            serde_json::json!({"x": region.x, "y": region.y, "width": region.width, "height": region.height}),
+        );
+        values.insert("region_revision".to_string(), Value::from(region.region_revision));
+    }
     if let Some(digest) = &item.content_digest {
         values.insert("content_digest".to_string(), Value::String(digest.clone()));
     }
     values.insert("media_kind".to_string(), Value::String(item.media_kind.clone()));
-    Ok((media_id, region_id, values))
+    values
 }
 
 #[cfg(test)]

@@ -90,6 +90,7 @@ fn existing(decision: &RequestDecision, status: OperationStatus) -> ProcessingSt
         priority: 0,
         requested_revision: decision.outcome.requested_revision.clone(),
         inputs: created.inputs.to_string(),
+        task_version: created.task_version.clone(),
         claimed_revision: None,
         completed_revision: None,
         output: None,

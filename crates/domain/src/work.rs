@@ -109,6 +109,7 @@ pub fn decide_request(row: &ProcessingStateRow, revision: &str, inputs: Value, t
         inputs,
         requeue,
         task_version: Some(task_version.to_string()),
+        reason: None,
     }))
 }
 

@@ -252,6 +252,7 @@ impl<S: Store> Engine<S> {
             .claimable_ahead(&AheadQuery {
                 target: state.target_type,
                 kind: state.task_kind.clone(),
+                task_version: state.task_version.clone(),
                 priority: state.priority,
                 available_at: state.available_at,
                 operation_id: state.operation_id,

@@ -267,6 +267,7 @@ fn retry_events(
                 inputs,
                 requeue: true,
                 task_version,
+                reason: None,
             })]);
         }
     }

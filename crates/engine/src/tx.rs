@@ -166,6 +166,11 @@ pub(crate) const REACTIONS: &[Reaction] = &[
     // Needs: tasks blocked by a capability these events settled or
     // reopened are queued when their needs are met, or blocked again.
     Reaction::Needs,
+    // Versions: waiting tasks behind their kind's declared version (a new
+    // version just declared, or a task just put back to waiting, by the
+    // command or the reactions before) are requested again at it (last:
+    // it sees every task the others queued).
+    Reaction::Versions,
 ];
 
 /// Appends, folds every projection inline, and moves their positions, then

@@ -61,6 +61,7 @@ fn state(operation: &OperationRow) -> ProcessingStateRow {
         priority: 0,
         requested_revision: "sha256:3f2a9c1d55".into(),
         inputs: "{}".into(),
+        task_version: Some("1".into()),
         claimed_revision: None,
         completed_revision: None,
         output: None,

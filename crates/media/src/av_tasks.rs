@@ -141,6 +141,10 @@ impl Task for VideoMetadataTask {
         "video_metadata"
     }
 
+    fn versions(&self) -> Vec<String> {
+        crate::implemented_version("video_metadata")
+    }
+
     async fn run(&self, job: &mut Job) -> Result<Outcome, TaskError> {
         self.source.count();
         let ffmpeg = tools(&self.ffmpeg)?;
@@ -191,6 +195,10 @@ impl PosterFrameTask {
 impl Task for PosterFrameTask {
     fn kind(&self) -> &'static str {
         "poster_frame"
+    }
+
+    fn versions(&self) -> Vec<String> {
+        crate::implemented_version("poster_frame")
     }
 
     async fn run(&self, job: &mut Job) -> Result<Outcome, TaskError> {
@@ -273,6 +281,10 @@ impl AudioMetadataTask {
 impl Task for AudioMetadataTask {
     fn kind(&self) -> &'static str {
         "audio_metadata"
+    }
+
+    fn versions(&self) -> Vec<String> {
+        crate::implemented_version("audio_metadata")
     }
 
     async fn run(&self, job: &mut Job) -> Result<Outcome, TaskError> {

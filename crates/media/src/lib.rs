@@ -48,6 +48,35 @@
 /// format).
 pub const KINDS_TOML: &str = include_str!("../kinds.toml");
 
+/// The version [`KINDS_TOML`] declares for `kind`: the version this
+/// crate's task of that kind implements, which its workers state when they
+/// claim (so they are never offered work requested at another version).
+/// Empty for a kind the file does not declare.
+pub fn implemented_version(kind: &str) -> Vec<String> {
+    #[derive(serde::Deserialize)]
+    struct File {
+        kind: Vec<Declared>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Declared {
+        name: String,
+        version: String,
+    }
+    static VERSIONS: std::sync::OnceLock<Vec<(String, String)>> = std::sync::OnceLock::new();
+    VERSIONS
+        .get_or_init(|| {
+            let file: File = toml::from_str(KINDS_TOML).expect("kinds.toml is a valid declaration file");
+            file.kind
+                .into_iter()
+                .map(|declared| (declared.name, declared.version))
+                .collect()
+        })
+        .iter()
+        .filter(|(name, _)| name == kind)
+        .map(|(_, version)| version.clone())
+        .collect()
+}
+
 pub mod audio;
 pub mod av_tasks;
 pub mod cache;

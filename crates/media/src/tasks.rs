@@ -414,6 +414,10 @@ impl Task for MetadataTask {
         "metadata"
     }
 
+    fn versions(&self) -> Vec<String> {
+        crate::implemented_version("metadata")
+    }
+
     async fn run(&self, job: &mut Job) -> Result<Outcome, TaskError> {
         self.source.count();
         let extractor = job.inputs().get("extractor").and_then(Value::as_str);
@@ -543,6 +547,10 @@ impl Task for ThumbnailTask {
         "thumbnail"
     }
 
+    fn versions(&self) -> Vec<String> {
+        crate::implemented_version("thumbnail")
+    }
+
     async fn run(&self, job: &mut Job) -> Result<Outcome, TaskError> {
         self.source.count();
         let (max_side, format) = thumbnail_inputs(job.inputs())?;
@@ -634,6 +642,10 @@ impl PerceptualHashTask {
 impl Task for PerceptualHashTask {
     fn kind(&self) -> &'static str {
         "perceptual_hash"
+    }
+
+    fn versions(&self) -> Vec<String> {
+        crate::implemented_version("perceptual_hash")
     }
 
     async fn run(&self, job: &mut Job) -> Result<Outcome, TaskError> {

@@ -116,6 +116,7 @@ pub(crate) fn state(
         priority,
         requested_revision: format!("rev-{operation}"),
         inputs: "{}".into(),
+        task_version: Some("1".into()),
         claimed_revision: None,
         completed_revision: None,
         output: None,

@@ -76,6 +76,7 @@ macro_rules! conformance_tests {
             expected_version_is_checked_per_stream,
             concurrent_writes_on_one_store_succeed_or_fail_on_their_own,
             claimable_rows_come_by_priority_then_waiting_time_within_kinds_and_time,
+            a_claim_that_states_versions_is_offered_only_tasks_requested_at_them,
             claimable_tasks_ahead_are_those_a_claim_of_the_kind_takes_first,
             claim_queues_count_each_kinds_claimable_tasks_and_their_oldest_time,
             leases_round_trip_and_expired_claims_honour_extended_leases,

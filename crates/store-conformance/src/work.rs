@@ -59,6 +59,7 @@ pub async fn claimable_rows_come_by_priority_then_waiting_time_within_kinds_and_
         let store = store.clone();
         let query = ClaimQuery {
             kinds: kinds.into_iter().map(String::from).collect(),
+            versions: Default::default(),
             statuses: CLAIMABLE_STATUSES,
             now: at(100),
             limit,
@@ -79,6 +80,63 @@ pub async fn claimable_rows_come_by_priority_then_waiting_time_within_kinds_and_
     );
     assert_eq!(operation_ids(&claimable(vec![], 2).await), vec![6, 2]);
     assert!(claimable(vec!["auto_tagging"], 10).await.is_empty());
+}
+
+pub async fn a_claim_that_states_versions_is_offered_only_tasks_requested_at_them<H: Harness>(harness: &H) {
+    let store = harness.open().await;
+    declare_kinds(&store).await;
+    // One item per task: a kind has one task per item.
+    let at_version = |operation: u128, priority, available_at, version: Option<&str>| {
+        let mut row = state(
+            operation,
+            TargetType::Media,
+            media(operation).0,
+            "metadata",
+            OperationStatus::Queued,
+            priority,
+            available_at,
+        );
+        row.task_version = version.map(String::from);
+        upsert(Row::ProcessingState(row))
+    };
+    let mut rows: Vec<_> = (1..=5).map(|n| upsert(Row::Media(media_row(media(n))))).collect();
+    rows.extend([
+        at_version(1, 0, 10, Some("1")),
+        at_version(2, 5, 20, Some("2")),
+        at_version(3, 0, 5, Some("2")),
+        at_version(4, 9, 30, None),
+        at_version(5, 0, 1, Some("10")),
+    ]);
+    write_rows(&store, rows).await.unwrap();
+    let claimable = |versions: &[&str], limit: usize| {
+        let store = store.clone();
+        let mut query = ClaimQuery {
+            kinds: vec!["metadata".into()],
+            versions: Default::default(),
+            statuses: CLAIMABLE_STATUSES,
+            now: at(100),
+            limit,
+        };
+        if !versions.is_empty() {
+            query
+                .versions
+                .insert("metadata".into(), versions.iter().map(ToString::to_string).collect());
+        }
+        async move {
+            store
+                .write(move |tx: &mut <H::Store as Store>::Tx| Box::pin(async move { tx.claimable(&query).await }))
+                .await
+                .unwrap()
+        }
+    };
+    // Only the stated versions, each in claim order, merged in claim order.
+    assert_eq!(operation_ids(&claimable(&["2"], 10).await), vec![2, 3]);
+    assert_eq!(operation_ids(&claimable(&["1", "10"], 10).await), vec![5, 1]);
+    assert_eq!(operation_ids(&claimable(&["2", "1"], 2).await), vec![2, 3]);
+    assert!(claimable(&["3"], 10).await.is_empty());
+    // Stating none takes every version, unknown ones included, in claim order.
+    assert_eq!(operation_ids(&claimable(&[], 10).await), vec![4, 2, 5, 3, 1]);
+    assert_eq!(operation_ids(&claimable(&[], 3).await), vec![4, 2, 5]);
 }
 
 pub async fn leases_round_trip_and_expired_claims_honour_extended_leases<H: Harness>(harness: &H) {
@@ -221,6 +279,7 @@ pub async fn claimable_tasks_ahead_are_those_a_claim_of_the_kind_takes_first<H: 
         let query = AheadQuery {
             target,
             kind: kind.into(),
+            task_version: Some("1".into()),
             priority,
             available_at: at(available_at),
             operation_id: OperationId(Uuid::from_u128(operation)),
@@ -251,6 +310,7 @@ pub async fn claimable_tasks_ahead_are_those_a_claim_of_the_kind_takes_first<H: 
             Box::pin(async move {
                 tx.claimable(&ClaimQuery {
                     kinds: vec!["metadata".into()],
+                    versions: Default::default(),
                     statuses: CLAIMABLE_STATUSES,
                     now: at(100),
                     limit: 4,

@@ -9,7 +9,9 @@ use crate::values::Values;
 use chrono::{DateTime, Utc};
 use opledger_domain::projections::{state_table, Row, TableSpec, MEDIA_STATES_TABLE, REGION_STATES_TABLE};
 use opledger_domain::{OperationId, Timestamp};
-use opledger_store::{AheadQuery, ClaimQuery, ClaimQueue, ClaimableAhead, ExpiredClaim, Lease, StoreError};
+use opledger_store::{
+    AheadQuery, ClaimQuery, ClaimQueue, ClaimableAhead, ExpiredClaim, Lease, StoreError, MAX_QUEUED_VERSIONS,
+};
 use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, Row as _};
 use uuid::Uuid;
@@ -30,12 +32,102 @@ pub async fn claimable(conn: &mut PgConnection, copy: Copy<'_>, query: &ClaimQue
     if query.limit == 0 || query.statuses.is_empty() {
         return Ok(Vec::new());
     }
-    let statuses: Vec<String> = query
-        .statuses
+    let statuses = status_literals(query.statuses);
+    let limit = i64::try_from(query.limit).unwrap_or(i64::MAX);
+    let mut found: Vec<Row> = Vec::new();
+    for table in STATE_TABLES {
+        let name = ddl::table_name(table.name, copy);
+        let select = |terms: &str| {
+            format!(
+                "SELECT {} FROM {name} WHERE status IN ({statuses}) AND available_at <= $1{terms} \
+                 ORDER BY priority DESC, available_at, operation_id LIMIT $2 FOR UPDATE SKIP LOCKED",
+                column_list(table),
+            )
+        };
+        if query.kinds.is_empty() {
+            let fetched = sqlx::query(&select(""))
+                .bind(query.now.to_datetime())
+                .bind(limit)
+                .fetch_all(&mut *conn)
+                .await
+                .map_err(|error| map(error, "finding claimable tasks"))?;
+            for row in &fetched {
+                found.push(decode_row(row, table)?);
+            }
+        }
+        // Each kind once, one range of the claimable index (kind, version,
+        // claim order) per version: read in order, never sorted.
+        let kinds: std::collections::BTreeSet<&String> = query.kinds.iter().collect();
+        for kind in kinds {
+            let versions: Vec<Option<String>> = match query.versions.get(kind) {
+                Some(stated) => stated.iter().cloned().map(Some).collect(),
+                None => queued_versions(&mut *conn, &name, &statuses, kind).await?,
+            };
+            for version in versions {
+                let statement = match &version {
+                    Some(_) => select(" AND task_kind = $3 AND task_version = $4"),
+                    None => select(" AND task_kind = $3 AND task_version IS NULL"),
+                };
+                let mut statement = sqlx::query(&statement)
+                    .bind(query.now.to_datetime())
+                    .bind(limit)
+                    .bind(kind.as_str());
+                if let Some(version) = &version {
+                    statement = statement.bind(version.as_str());
+                }
+                let fetched = statement
+                    .fetch_all(&mut *conn)
+                    .await
+                    .map_err(|error| map(error, "finding claimable tasks"))?;
+                for row in &fetched {
+                    found.push(decode_row(row, table)?);
+                }
+            }
+        }
+    }
+    found.sort_by_key(claim_order);
+    found.truncate(query.limit);
+    Ok(found)
+}
+
+/// The versions of `kind` among the claimable rows of table `name`, `None`
+/// (rows of unknown version) first, walked through the claimable index one
+/// probe per version, at most [`MAX_QUEUED_VERSIONS`]: a claim that
+/// states no version reads each version's range in claim order instead of
+/// sorting the kind's whole queue.
+async fn queued_versions(
+    conn: &mut PgConnection,
+    name: &str,
+    statuses: &str,
+    kind: &str,
+) -> Result<Vec<Option<String>>, StoreError> {
+    let next = format!(
+        "SELECT task_version FROM {name} WHERE status IN ({statuses}) AND task_kind = $1 AND task_version > $2 \
+         ORDER BY task_version LIMIT 1"
+    );
+    let mut versions = vec![None];
+    let mut after = String::new();
+    while versions.len() <= MAX_QUEUED_VERSIONS {
+        let found: Option<(String,)> = sqlx::query_as(&next)
+            .bind(kind)
+            .bind(&after)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(|error| map(error, "finding claimable versions"))?;
+        let Some((version,)) = found else { break };
+        after = version.clone();
+        versions.push(Some(version));
+    }
+    Ok(versions)
+}
+
+/// The statuses as SQL literals (vocabulary words only; nothing else may
+/// become SQL text), for the partial indexes' predicates.
+fn status_literals(statuses: &[opledger_domain::OperationStatus]) -> String {
+    let literals: Vec<String> = statuses
         .iter()
         .map(|status| {
             let text = status.as_str();
-            // Vocabulary words only; nothing else may become SQL text.
             assert!(
                 text.bytes().all(|byte| byte.is_ascii_lowercase() || byte == b'_'),
                 "status {text:?} is not a plain word"
@@ -43,37 +135,7 @@ pub async fn claimable(conn: &mut PgConnection, copy: Copy<'_>, query: &ClaimQue
             format!("'{text}'")
         })
         .collect();
-    let mut found: Vec<Row> = Vec::new();
-    for table in STATE_TABLES {
-        let name = ddl::table_name(table.name, copy);
-        let kinds = if query.kinds.is_empty() {
-            ""
-        } else {
-            " AND task_kind = ANY($3::text[])"
-        };
-        let sql = format!(
-            "SELECT {} FROM {name} WHERE status IN ({}) AND available_at <= $1{kinds} \
-             ORDER BY priority DESC, available_at, operation_id LIMIT $2 FOR UPDATE SKIP LOCKED",
-            column_list(table),
-            statuses.join(", ")
-        );
-        let mut statement = sqlx::query(&sql)
-            .bind(query.now.to_datetime())
-            .bind(i64::try_from(query.limit).unwrap_or(i64::MAX));
-        if !query.kinds.is_empty() {
-            statement = statement.bind(query.kinds.clone());
-        }
-        let fetched = statement
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(|error| map(error, "finding claimable tasks"))?;
-        for row in &fetched {
-            found.push(decode_row(row, table)?);
-        }
-    }
-    found.sort_by_key(claim_order);
-    found.truncate(query.limit);
-    Ok(found)
+    literals.join(", ")
 }
 
 fn claim_order(row: &Row) -> (i64, Timestamp, Uuid) {
@@ -95,34 +157,33 @@ where
     if query.limit == 0 || query.statuses.is_empty() {
         return Ok(ClaimableAhead::default());
     }
-    let statuses: Vec<String> = query
-        .statuses
-        .iter()
-        .map(|status| {
-            let text = status.as_str();
-            assert!(
-                text.bytes().all(|byte| byte.is_ascii_lowercase() || byte == b'_'),
-                "status {text:?} is not a plain word"
-            );
-            format!("'{text}'")
-        })
-        .collect();
+    let statuses = status_literals(query.statuses);
     let sql = format!(
         "SELECT COUNT(*), COUNT(*) FILTER (WHERE priority > $1) FROM (\
            SELECT priority FROM {} \
-           WHERE status IN ({}) AND task_kind = $2 AND priority >= $1 AND available_at <= $3 \
+           WHERE status IN ({}) AND task_kind = $2 AND {} AND priority >= $1 AND available_at <= $3 \
              AND (priority > $1 OR available_at < $4 OR (available_at = $4 AND operation_id < $5)) \
            LIMIT $6) ahead",
         state_table(query.target).name,
-        statuses.join(", ")
+        statuses,
+        // Equality (or IS NULL) so the version's range of the index is read.
+        if query.task_version.is_some() {
+            "task_version = $7"
+        } else {
+            "task_version IS NULL"
+        }
     );
-    let (ahead, higher): (i64, i64) = sqlx::query_as(&sql)
+    let mut statement = sqlx::query_as(&sql)
         .bind(query.priority)
         .bind(&query.kind)
         .bind(query.now.to_datetime())
         .bind(query.available_at.to_datetime())
         .bind(query.operation_id.0)
-        .bind(i64::try_from(query.limit).unwrap_or(i64::MAX))
+        .bind(i64::try_from(query.limit).unwrap_or(i64::MAX));
+    if let Some(version) = &query.task_version {
+        statement = statement.bind(version.as_str());
+    }
+    let (ahead, higher): (i64, i64) = statement
         .fetch_one(executor)
         .await
         .map_err(|error| map(error, "counting the claimable tasks ahead"))?;

@@ -13,37 +13,78 @@ use sqlx::Row as _;
 /// The two processing-state tables a claim reads.
 pub(crate) const STATE_TABLES: [&TableSpec; 2] = [&MEDIA_STATES_TABLE, &REGION_STATES_TABLE];
 
+/// Which of a kind's claimable rows one claim query reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Range {
+    /// Every kind's (parameters `now`, the limit).
+    Any,
+    /// One kind at one version (parameters `now`, the kind, the version,
+    /// the limit).
+    Version,
+    /// One kind's rows of unknown version (parameters `now`, the kind, the
+    /// limit).
+    UnknownVersion,
+}
+
 /// Claimable rows of one state table, read in claim order from a partial
 /// index of claimable rows so the read stops at the limit instead of
-/// sorting the whole queue: for one kind (`one_kind`: parameters `now`, the
-/// kind, the limit) or for any kind (parameters `now`, the limit). A claim
-/// for several kinds runs the one-kind query per kind. The statuses are
-/// written into the text as literals: SQLite uses a partial index only when
-/// the query's own terms imply the index's WHERE, which bound parameters
-/// never do (and they are the domain's vocabulary, not input). The writer
-/// reads both tables and merges them in [`claim_order`].
+/// sorting the whole queue: of one kind at one version (the index is
+/// keyed by kind, then version, then claim order), or of any kind. A claim
+/// for several kinds or versions runs one query per kind and version. The
+/// statuses are written into the text as literals: SQLite uses a partial
+/// index only when the query's own terms imply the index's WHERE, which
+/// bound parameters never do (and they are the domain's vocabulary, not
+/// input). The writer reads both tables and merges them in [`claim_order`].
 pub(crate) fn claimable_sql(
     table: &TableSpec,
     copy: Copy<'_>,
     statuses: &[opledger_domain::OperationStatus],
-    one_kind: bool,
+    range: Range,
 ) -> String {
     let name = ddl::table_name(table.name, copy);
     // The planner, without statistics, prefers the status index and a sort;
     // on the live tables name the index that yields claim order.
-    let (index, kind) = match (copy, one_kind) {
-        (Copy::Live, true) => (format!(" INDEXED BY {}_claimable", table.name), " AND task_kind = ?"),
-        (Copy::Live, false) => (format!(" INDEXED BY {}_claimable_any", table.name), ""),
-        (_, true) => (String::new(), " AND task_kind = ?"),
-        (_, false) => (String::new(), ""),
+    let (index, terms) = match range {
+        Range::Any => ("_claimable_any", ""),
+        Range::Version => ("_claimable", " AND task_kind = ? AND task_version = ?"),
+        Range::UnknownVersion => ("_claimable", " AND task_kind = ? AND task_version IS NULL"),
     };
-    let statuses: Vec<String> = statuses.iter().map(|status| format!("'{}'", status.as_str())).collect();
+    let index = match copy {
+        Copy::Live => format!(" INDEXED BY {}{index}", table.name),
+        _ => String::new(),
+    };
     format!(
-        "SELECT {} FROM {name}{index} WHERE status IN ({}) AND available_at <= ?{kind} \
+        "SELECT {} FROM {name}{index} WHERE status IN ({}) AND available_at <= ?{terms} \
          ORDER BY priority DESC, available_at, operation_id LIMIT ?",
         column_list(table),
-        statuses.join(", ")
+        status_literals(statuses)
     )
+}
+
+/// The next version above `?2` among one kind's claimable rows (parameters
+/// the kind, the version to look above: `''` first), read from the
+/// claimable index: a claim that states no version walks the versions
+/// queued one index probe at a time instead of sorting the kind's queue.
+pub(crate) fn next_version_sql(
+    table: &TableSpec,
+    copy: Copy<'_>,
+    statuses: &[opledger_domain::OperationStatus],
+) -> String {
+    let name = ddl::table_name(table.name, copy);
+    let index = match copy {
+        Copy::Live => format!(" INDEXED BY {}_claimable", table.name),
+        _ => String::new(),
+    };
+    format!(
+        "SELECT task_version FROM {name}{index} WHERE status IN ({}) AND task_kind = ?1 AND task_version > ?2 \
+         ORDER BY task_version LIMIT 1",
+        status_literals(statuses)
+    )
+}
+
+fn status_literals(statuses: &[opledger_domain::OperationStatus]) -> String {
+    let statuses: Vec<String> = statuses.iter().map(|status| format!("'{}'", status.as_str())).collect();
+    statuses.join(", ")
 }
 
 pub(crate) fn claim_order(row: &Row) -> (i64, Timestamp, String) {
@@ -73,7 +114,8 @@ where
     let sql = format!(
         "SELECT COUNT(*), COALESCE(SUM(priority > ?1), 0) FROM (\
            SELECT priority FROM {name} INDEXED BY {name}_claimable \
-           WHERE status IN ({statuses}) AND task_kind = ?2 AND priority >= ?1 AND available_at <= ?3 \
+           WHERE status IN ({statuses}) AND task_kind = ?2 AND task_version IS ?7 AND priority >= ?1 \
+             AND available_at <= ?3 \
              AND (priority > ?1 OR available_at < ?4 OR (available_at = ?4 AND operation_id < ?5)) \
            LIMIT ?6)",
         name = table.name,
@@ -86,6 +128,7 @@ where
         .bind(query.available_at.to_rfc3339())
         .bind(query.operation_id.0.hyphenated().to_string())
         .bind(i64::try_from(query.limit).unwrap_or(i64::MAX))
+        .bind(query.task_version.as_deref())
         .fetch_one(executor)
         .await
         .map_err(|error| map(error, "counting the claimable tasks ahead"))?;

@@ -16,7 +16,7 @@ use opledger_domain::projections::{Cell, ColumnType, Key, Row, RowChange, TableS
 use opledger_domain::{EventEnvelope, Timestamp};
 use opledger_store::append::Planned;
 use opledger_store::log::{self, RecordedAt, StoredEvent};
-use opledger_store::{ClaimQuery, Lease, StoreError};
+use opledger_store::{ClaimQuery, Lease, StoreError, MAX_QUEUED_VERSIONS};
 use rusqlite::types::{Null, ValueRef};
 use rusqlite::{CachedStatement, Connection};
 use std::cell::RefCell;
@@ -446,30 +446,83 @@ pub(crate) fn read_events(connection: &Connection, after: i64, limit: usize) -> 
     Ok(events)
 }
 
-/// Claimable rows of both state tables, in claim order (see `work.rs`).
+/// Claimable rows of both state tables, in claim order (see `work.rs`):
+/// per kind, one read per version its worker states, or per version
+/// queued when it states none.
 pub(crate) fn claimable(connection: &Connection, copy: Copy<'_>, query: &ClaimQuery) -> Result<Vec<Row>, StoreError> {
     if query.limit == 0 || query.statuses.is_empty() {
         return Ok(Vec::new());
     }
     let limit = Cell::Integer(i64::try_from(query.limit).unwrap_or(i64::MAX));
+    let now = Cell::Timestamp(query.now);
     let mut found = Vec::new();
     for table in work::STATE_TABLES {
         if query.kinds.is_empty() {
-            let sql = work::claimable_sql(table, copy, query.statuses, false);
-            let cells = [Cell::Timestamp(query.now), limit.clone()];
-            select_rows(connection, table, &sql, &cells, "finding claimable tasks", &mut found)?;
+            let sql = work::claimable_sql(table, copy, query.statuses, work::Range::Any);
+            select_rows(
+                connection,
+                table,
+                &sql,
+                &[now.clone(), limit.clone()],
+                "finding claimable tasks",
+                &mut found,
+            )?;
         }
         // Each kind once: a kind named twice must not offer its rows twice.
         let kinds: std::collections::BTreeSet<&String> = query.kinds.iter().collect();
         for kind in kinds {
-            let sql = work::claimable_sql(table, copy, query.statuses, true);
-            let cells = [Cell::Timestamp(query.now), Cell::Text(kind.clone()), limit.clone()];
-            select_rows(connection, table, &sql, &cells, "finding claimable tasks", &mut found)?;
+            let versions: Vec<Option<String>> = match query.versions.get(kind) {
+                Some(stated) => stated.iter().cloned().map(Some).collect(),
+                None => queued_versions(connection, table, copy, query, kind)?,
+            };
+            for version in versions {
+                let kind = Cell::Text(kind.clone());
+                let (range, cells) = match version {
+                    Some(version) => (
+                        work::Range::Version,
+                        vec![now.clone(), kind, Cell::Text(version), limit.clone()],
+                    ),
+                    None => (work::Range::UnknownVersion, vec![now.clone(), kind, limit.clone()]),
+                };
+                let sql = work::claimable_sql(table, copy, query.statuses, range);
+                select_rows(connection, table, &sql, &cells, "finding claimable tasks", &mut found)?;
+            }
         }
     }
     found.sort_by_key(work::claim_order);
     found.truncate(query.limit);
     Ok(found)
+}
+
+/// The versions of `kind` among the claimable rows of `table` (`None` for
+/// rows of unknown version), walked through the claimable index one probe
+/// per version, at most [`MAX_QUEUED_VERSIONS`].
+fn queued_versions(
+    connection: &Connection,
+    table: &'static TableSpec,
+    copy: Copy<'_>,
+    query: &ClaimQuery,
+    kind: &str,
+) -> Result<Vec<Option<String>>, StoreError> {
+    // Rows of unknown version are always looked for: one index probe.
+    let mut versions = vec![None];
+    let next = work::next_version_sql(table, copy, query.statuses);
+    let mut after = String::new();
+    while versions.len() <= MAX_QUEUED_VERSIONS {
+        let mut found = None;
+        let cells = [Cell::Text(kind.to_string()), Cell::Text(after.clone())];
+        select(connection, &next, &cells, "finding claimable versions", |row| {
+            found = row
+                .get::<_, String>(0)
+                .map_err(|error| map_rusqlite(error, "finding claimable versions"))
+                .map(Some)?;
+            Ok(())
+        })?;
+        let Some(version) = found else { break };
+        after = version.clone();
+        versions.push(Some(version));
+    }
+    Ok(versions)
 }
 
 fn decode_lease(row: &rusqlite::Row<'_>) -> Result<Lease, StoreError> {

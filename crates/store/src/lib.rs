@@ -40,6 +40,7 @@ pub use requests::CommandRecord;
 pub use traits::{
     AheadQuery, ClaimQuery, ClaimQueue, ClaimableAhead, ExpectedVersion, ExpiredClaim, Lease, ProjectionState, RowDiff,
     RowTarget, ScratchTarget, Store, StreamAppend, TableDiff, TableSet, TimeSource, Verification, WriteTx,
+    MAX_QUEUED_VERSIONS,
 };
 
 /// A boxed future, the shape `Store::write` work closures return.

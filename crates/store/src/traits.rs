@@ -18,6 +18,7 @@ use opledger_domain::envelope::{EventEnvelope, NewEvent, StreamId};
 use opledger_domain::projections::{Cell, ProjectionSpec, Row, RowChange, TableSpec};
 use opledger_domain::tasks::TargetType;
 use opledger_domain::{OperationId, OperationStatus, Timestamp};
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 
 /// The stream version an append expects to find.
@@ -152,12 +153,21 @@ pub enum TimeSource {
 pub struct ClaimQuery {
     /// Task kinds to take; empty means any.
     pub kinds: Vec<String>,
+    /// For a kind of `kinds`, the versions of it to take (the ones its
+    /// worker's code implements): only rows whose `task_version` is one
+    /// of them. A kind without an entry is taken at any version.
+    pub versions: BTreeMap<String, BTreeSet<String>>,
     /// Claimable statuses (the domain's `CLAIMABLE_STATUSES`).
     pub statuses: &'static [OperationStatus],
     /// Only rows with `available_at <= now`.
     pub now: Timestamp,
     pub limit: usize,
 }
+
+/// The most distinct versions of one kind a claim that states none looks
+/// for in the queue (normally one: a new version re-targets the waiting
+/// tasks of the old one).
+pub const MAX_QUEUED_VERSIONS: usize = 64;
 
 /// A claimable task's place in its kind's claim order: which tasks a
 /// worker claiming that kind would take before it ([`Store::claimable_ahead`]).
@@ -166,6 +176,9 @@ pub struct AheadQuery {
     /// The processing-state table the kind's tasks are in.
     pub target: TargetType,
     pub kind: String,
+    /// The task's version: a claim that states versions is offered its
+    /// kind's tasks per version, so those ahead are of the same one.
+    pub task_version: Option<String>,
     /// The task's own place: its priority, when it became available, its id.
     pub priority: i64,
     pub available_at: Timestamp,

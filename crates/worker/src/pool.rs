@@ -561,6 +561,12 @@ async fn claim<S: Store>(
                 lease_ms: shared.settings.lease.millis(),
                 limit,
                 principal: None,
+                versions: shared
+                    .tasks
+                    .iter()
+                    .map(|(kind, task)| (kind.to_string(), task.versions().into_iter().collect::<BTreeSet<_>>()))
+                    .filter(|(_, versions)| !versions.is_empty())
+                    .collect(),
             },
         )
         .await

@@ -19,6 +19,15 @@ pub trait Task: Send + Sync + 'static {
     /// e.g. `metadata`, `thumbnail`).
     fn kind(&self) -> &'static str;
 
+    /// The versions of the kind this implementation runs (as its
+    /// declaration names them): the pool is offered only tasks requested
+    /// at one of them, so code of an old version never runs work requested
+    /// for a new one. Empty (the default) is offered any version: the
+    /// unsafe legacy mode, for a task that runs every version alike.
+    fn versions(&self) -> Vec<String> {
+        Vec::new()
+    }
+
     /// Runs one claimed task. Check [`Job::is_cancelled`] at checkpoints or
     /// select on [`Job::cancelled`], and return [`TaskError::Stopped`] (or
     /// any error) once it trips: the runtime then removes the job's
@@ -31,12 +40,17 @@ pub trait Task: Send + Sync + 'static {
 /// registry.
 pub(crate) trait DynTask: Send + Sync + 'static {
     fn kind(&self) -> &'static str;
+    fn versions(&self) -> Vec<String>;
     fn run_boxed<'a>(&'a self, job: &'a mut Job) -> BoxFuture<'a, Result<Outcome, TaskError>>;
 }
 
 impl<T: Task> DynTask for T {
     fn kind(&self) -> &'static str {
         Task::kind(self)
+    }
+
+    fn versions(&self) -> Vec<String> {
+        Task::versions(self)
     }
 
     fn run_boxed<'a>(&'a self, job: &'a mut Job) -> BoxFuture<'a, Result<Outcome, TaskError>> {

@@ -279,6 +279,7 @@ pub async fn worker<S: Store>(engine: Engine<S>, name: &str, dir: &Path, drain: 
                     lease_ms: LEASE_MS,
                     limit: CLAIM_BATCH,
                     principal: None,
+                    versions: Default::default(),
                 },
             )
             .await;

@@ -37,6 +37,7 @@ macro_rules! state_columns {
             ColumnSpec::required("priority", ColumnType::Integer),
             ColumnSpec::required("requested_revision", ColumnType::Text),
             ColumnSpec::required("inputs", ColumnType::Json),
+            ColumnSpec::optional("task_version", ColumnType::Text),
             ColumnSpec::optional("claimed_revision", ColumnType::Text),
             ColumnSpec::optional("completed_revision", ColumnType::Text),
             ColumnSpec::optional("output", ColumnType::Json),
@@ -71,7 +72,7 @@ pub static REGION_STATES_TABLE: TableSpec = TableSpec {
 
 pub static PROCESSING_STATES: ProjectionSpec = ProjectionSpec {
     name: "processing_states",
-    version: 4,
+    version: 5,
     tables: &[&MEDIA_STATES_TABLE, &REGION_STATES_TABLE],
     question: "For each item (or region) and task kind: which revision is wanted, which is done, who holds it, when may it run next, and why did it last fail?",
     depends_on: &["media_registry", "task_kinds"],
@@ -91,6 +92,10 @@ pub struct ProcessingStateRow {
     pub requested_revision: String,
     /// JSON text of the requested revision's complete inputs.
     pub inputs: String,
+    /// The version of the task kind the requested revision was computed
+    /// with: what a claim offers only to workers that state it. `None` for
+    /// a task recorded before versions were (its version is unknown).
+    pub task_version: Option<String>,
     /// The revision the current claim runs (None when unclaimed).
     pub claimed_revision: Option<String>,
     /// The last revision a worker finished with a result.
@@ -139,6 +144,7 @@ impl ProcessingStateRow {
             Cell::Integer(self.priority),
             Cell::Text(self.requested_revision.clone()),
             Cell::Json(self.inputs.clone()),
+            text_or_null(&self.task_version),
             text_or_null(&self.claimed_revision),
             text_or_null(&self.completed_revision),
             self.output.clone().map_or(Cell::Null, Cell::Json),
@@ -169,6 +175,7 @@ impl ProcessingStateRow {
             priority: reader.integer()?,
             requested_revision: reader.text()?,
             inputs: reader.text()?,
+            task_version: reader.optional_text()?,
             claimed_revision: reader.optional_text()?,
             completed_revision: reader.optional_text()?,
             output: reader.optional_text()?,
@@ -303,6 +310,7 @@ impl Projector for ProcessingStates {
                 priority: i64::from(created.priority),
                 requested_revision: revision,
                 inputs: super::json_text(&created.inputs),
+                task_version: created.task_version.clone(),
                 claimed_revision: None,
                 completed_revision: None,
                 output: None,
@@ -341,6 +349,7 @@ impl Projector for ProcessingStates {
             Event::OperationRevisionRequested(requested) => {
                 next.requested_revision = requested.revision.clone();
                 next.inputs = super::json_text(&requested.inputs);
+                next.task_version = requested.task_version.clone();
                 // A new revision is new work: it gets its own budgets. A claim
                 // running exactly that revision (the request went back to the
                 // revision a worker holds) is its first attempt.
@@ -353,6 +362,13 @@ impl Projector for ProcessingStates {
                     next.cancel_requested = false;
                     next.last_error = None;
                     next.status_reason = Some(format!("revision {} requested", requested.revision));
+                }
+                if let Some(reason) = &requested.reason {
+                    next.status_reason = Some(format!(
+                        "{reason}: requested again at version {} of {}",
+                        requested.task_version.as_deref().unwrap_or("?"),
+                        current.task_kind
+                    ));
                 }
             }
             Event::OperationClaimed(claimed) => {

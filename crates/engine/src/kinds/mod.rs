@@ -22,7 +22,9 @@ use crate::tx::{CommandContext, Decided};
 use crate::Engine;
 use opledger_domain::events::{Event, TaskKindDeclared};
 use opledger_domain::kinds::{check_catalogue, classify, legacy, KindChange, KindDeclaration};
-use opledger_domain::projections::{Row, TaskKindRow, TASK_KINDS_TABLE};
+use opledger_domain::projections::{Row, TaskKindRow, WorkingSet, TASK_KINDS_TABLE};
+use opledger_domain::versions::VERSION_CHANGED;
+use opledger_domain::EventEnvelope;
 use opledger_domain::{DomainError, StreamId};
 use opledger_store::{ErrorKind, ExpectedVersion, Store, StreamAppend};
 use serde::Serialize;
@@ -58,6 +60,10 @@ pub struct KindReport {
     pub version: String,
     /// Capabilities whose result the new version made `stale` (or would).
     pub stale_items: usize,
+    /// Waiting tasks the new version re-targeted in the same transaction
+    /// (requested again at it, or blocked where it cannot run what they
+    /// were requested with); 0 for a dry run.
+    pub retargeted: usize,
     /// Why a refused kind was refused, with its line and column.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -131,6 +137,26 @@ fn decide(document: &KindsDocument, recorded: &BTreeMap<String, TaskKindRow>) ->
         }
     }
     decisions
+}
+
+/// How many tasks of each kind the versions reaction moved to a new
+/// version among `envelopes` (its events follow the declaration's).
+fn retargeted(rows: &WorkingSet, envelopes: &[EventEnvelope]) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    for envelope in envelopes {
+        let moved = match &envelope.event {
+            Event::OperationRevisionRequested(requested) => requested.reason.as_deref() == Some(VERSION_CHANGED),
+            Event::OperationBlocked(blocked) => blocked.reason.starts_with(VERSION_CHANGED),
+            _ => false,
+        };
+        let Some(operation_id) = envelope.event.operation_id().filter(|_| moved) else {
+            continue;
+        };
+        if let Some(state) = crate::work::state_in(rows, operation_id) {
+            *counts.entry(state.task_kind).or_insert(0) += 1;
+        }
+    }
+    counts
 }
 
 /// A domain refusal's message without its category prefix.
@@ -235,6 +261,7 @@ impl<S: Store> Engine<S> {
                             status,
                             version,
                             stale_items: 0,
+                            retargeted: 0,
                             error,
                         });
                     }
@@ -258,7 +285,15 @@ impl<S: Store> Engine<S> {
                     } else {
                         Vec::new()
                     };
-                    Ok(Decided::answer((KindsReport { kinds, applied }, bumped), appends))
+                    Ok(Decided::then(appends, move |rows, envelopes| {
+                        let mut kinds = kinds;
+                        for (kind, count) in retargeted(rows, &envelopes) {
+                            if let Some(report) = kinds.iter_mut().find(|report| report.name == kind) {
+                                report.retargeted = count;
+                            }
+                        }
+                        Ok((KindsReport { kinds, applied }, bumped))
+                    }))
                 })
             })
             .await?;

@@ -11,6 +11,7 @@
 mod applicability;
 mod needs;
 mod settlement;
+mod versions;
 
 pub(crate) use settlement::settlement_reason;
 
@@ -37,6 +38,11 @@ pub(crate) enum Reaction {
     /// succeeded (reason `dependency_satisfied`), or blocked again with
     /// the need they now wait for.
     Needs,
+    /// Versions: a task that waits at a version of its kind other than
+    /// the declared one — every waiting task of a kind just declared at a
+    /// new version, or one these events put back to waiting — is requested
+    /// again at the declared version (reason `version_changed`).
+    Versions,
 }
 
 impl Reaction {
@@ -52,6 +58,7 @@ impl Reaction {
             Reaction::Applicability => applicability::mark_not_applicable(tx, rows, envelopes).await,
             Reaction::BatchSettlement => settlement::batch_settlements(tx, rows, envelopes).await,
             Reaction::Needs => needs::release_dependents(tx, rows, envelopes).await,
+            Reaction::Versions => versions::retarget(tx, rows, envelopes).await,
         }
     }
 }

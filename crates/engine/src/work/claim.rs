@@ -13,12 +13,13 @@ use crate::Engine;
 use opledger_domain::events::{Event, OperationClaimed};
 use opledger_domain::projections::{state_locations, ProcessingStateRow, Row, WorkingSet, MEDIA_TABLE, REGIONS_TABLE};
 use opledger_domain::tasks::CLAIMABLE_STATUSES;
+use opledger_domain::versions::check_stated_versions;
 use opledger_domain::work::{self, Fence};
 use opledger_domain::{LeaseMs, MediaId, OperationId, RegionId, Timestamp};
 use opledger_store::{BoxFuture, ClaimQuery, Lease, Store, StoreError, WriteTx};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Whom a heartbeat's request id is recorded for: a heartbeat is fenced by
 /// its claim token, not its caller, so the token (in the fingerprint)
@@ -41,6 +42,11 @@ pub struct ClaimRequest {
     /// told apart (the HTTP service): kept with each lease, so that a
     /// report can be refused to anyone else. `None` on the CLI.
     pub principal: Option<String>,
+    /// The versions of each kind the worker's code implements: it is
+    /// offered only tasks requested at one of them. A kind without an
+    /// entry is offered at any version (the unsafe legacy mode: old code
+    /// may then run work requested for a newer version).
+    pub versions: BTreeMap<String, BTreeSet<String>>,
 }
 
 /// One claimed task, everything a worker needs to run it and report back.
@@ -53,6 +59,10 @@ pub struct TaskClaim {
     pub media_id: Option<MediaId>,
     pub region_id: Option<RegionId>,
     pub task_kind: String,
+    /// The version of the kind the revision was requested at: the version
+    /// the worker must run (`None` for a task recorded before versions).
+    #[serde(default)]
+    pub kind_version: Option<String>,
     pub revision: String,
     pub inputs: Value,
     pub lease_expires_at: Timestamp,
@@ -111,9 +121,16 @@ impl<S: Store> Engine<S> {
                 )));
             }
             work::check_worker_name(&request.worker)?;
+            check_stated_versions(&request.kinds, &request.versions)?;
             let once = context.once(
                 "task.claim",
-                json!({"kinds": request.kinds, "worker": request.worker, "lease_ms": request.lease_ms, "limit": request.limit}),
+                json!({
+                    "kinds": request.kinds,
+                    "versions": request.versions,
+                    "worker": request.worker,
+                    "lease_ms": request.lease_ms,
+                    "limit": request.limit,
+                }),
             );
             let stamp = self.stamp(context);
             let ids = self.ids.clone();
@@ -136,6 +153,7 @@ impl<S: Store> Engine<S> {
                     }
                     let query = ClaimQuery {
                         kinds: request.kinds,
+                        versions: request.versions,
                         statuses: CLAIMABLE_STATUSES,
                         now,
                         limit: request.limit,
@@ -307,6 +325,7 @@ impl TaskClaim {
             media_id: state.media_id(),
             region_id: state.region_id(),
             task_kind: state.task_kind.clone(),
+            kind_version: state.task_version.clone(),
             revision: state.requested_revision.clone(),
             inputs,
             lease_expires_at: claimed.lease_expires_at,

@@ -87,7 +87,7 @@ fn stale_claim(fence: &Fence) -> EngineError {
 
 /// The processing state of a task operation as `rows` hold it, whichever
 /// table it is in.
-fn state_in(rows: &WorkingSet, operation_id: OperationId) -> Option<ProcessingStateRow> {
+pub(crate) fn state_in(rows: &WorkingSet, operation_id: OperationId) -> Option<ProcessingStateRow> {
     state_locations(operation_id)
         .iter()
         .find_map(|(_, key)| match rows.get(key) {

@@ -82,6 +82,7 @@ impl<S: Store> Lab<S> {
                     lease_ms: 60_000,
                     limit,
                     principal: None,
+                    versions: Default::default(),
                 },
             )
             .await

@@ -33,6 +33,7 @@ fn claim_request(worker: &str, lease_ms: i64) -> ClaimRequest {
         lease_ms,
         limit: 100,
         principal: None,
+        versions: Default::default(),
     }
 }
 

@@ -86,6 +86,7 @@ async fn claim<S: Store>(engine: &Engine<S>, kind: &str) -> Vec<TaskClaim> {
                 lease_ms: 30_000,
                 limit: 100,
                 principal: None,
+                versions: Default::default(),
             },
         )
         .await
@@ -436,6 +437,7 @@ async fn the_catalogue_holds_at_most_its_bound_and_a_declaration_past_it_appends
                 lease_ms: 1_000,
                 limit: 1,
                 principal: None,
+                versions: Default::default(),
             },
         )
         .await
@@ -450,6 +452,7 @@ async fn the_catalogue_holds_at_most_its_bound_and_a_declaration_past_it_appends
                 lease_ms: 1_000,
                 limit: 1,
                 principal: None,
+                versions: Default::default(),
             },
         )
         .await
@@ -615,6 +618,7 @@ async fn run_history(steps: Vec<Step>) {
                             lease_ms: 60_000,
                             limit: count,
                             principal: None,
+                            versions: Default::default(),
                         },
                     )
                     .await

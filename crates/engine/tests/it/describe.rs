@@ -113,6 +113,7 @@ impl<S: Store> Ledger<S> {
                     lease_ms: 30_000,
                     limit: 1,
                     principal: None,
+                    versions: Default::default(),
                 },
             )
             .await

@@ -183,6 +183,7 @@ impl<S: Store> Lab<S> {
             lease_ms,
             limit: 1,
             principal: None,
+            versions: Default::default(),
         };
         let mut claims = self
             .step("claim", || self.engine.claim_tasks(&self.context, request.clone()))

@@ -69,6 +69,7 @@ fn claim_one(worker: &str) -> ClaimRequest {
         lease_ms: 60_000,
         limit: 1,
         principal: None,
+        versions: Default::default(),
     }
 }
 

@@ -64,6 +64,7 @@ async fn claim<S: Store>(engine: &Engine<S>) -> Vec<TaskClaim> {
                 lease_ms: 30_000,
                 limit: 10,
                 principal: None,
+                versions: Default::default(),
             },
         )
         .await

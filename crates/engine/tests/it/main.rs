@@ -28,6 +28,7 @@ mod review_bulk;
 mod slow_commit;
 mod startup;
 mod upgrade;
+mod versions;
 mod work_properties;
 mod work_protocol;
 mod work_smoke;

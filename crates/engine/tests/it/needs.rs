@@ -103,6 +103,7 @@ async fn claim<S: Store>(engine: &Engine<S>, kind: &str) -> Vec<TaskClaim> {
                 lease_ms: 30_000,
                 limit: 10,
                 principal: None,
+                versions: Default::default(),
             },
         )
         .await

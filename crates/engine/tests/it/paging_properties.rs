@@ -173,6 +173,7 @@ impl<S: Store> World<S> {
                             lease_ms: 600_000,
                             limit,
                             principal: None,
+                            versions: Default::default(),
                         },
                     )
                     .await

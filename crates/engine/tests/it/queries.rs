@@ -72,6 +72,7 @@ impl<S: Store> Lab<S> {
                     lease_ms: 600_000,
                     limit,
                     principal: None,
+                    versions: Default::default(),
                 },
             )
             .await

@@ -54,6 +54,7 @@ async fn claim<S: Store>(engine: &Engine<S>, worker: &str) -> Option<TaskClaim> 
                 lease_ms: 60_000,
                 limit: 1,
                 principal: None,
+                versions: Default::default(),
             },
         )
         .await

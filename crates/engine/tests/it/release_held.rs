@@ -54,6 +54,7 @@ async fn claims_of_named_workers_are_released_at_once_and_others_are_left_alone<
         lease_ms: 3_600_000,
         limit: 2,
         principal: None,
+        versions: Default::default(),
     };
     let dead = engine.claim_tasks(&context, claim("ingest-dead")).await.unwrap();
     let alive = engine.claim_tasks(&context, claim("ingest-alive")).await.unwrap();
@@ -196,6 +197,7 @@ async fn only_the_claim_a_dead_worker_was_running_counts_an_interruption_and_is_
                     lease_ms: 3_600_000,
                     limit: 10,
                     principal: None,
+                    versions: Default::default(),
                 },
             )
             .await

@@ -95,6 +95,7 @@ async fn fail_all<S: Store>(engine: &Engine<S>, kind: &str) {
                 lease_ms: 30_000,
                 limit: 100,
                 principal: None,
+                versions: Default::default(),
             },
         )
         .await

@@ -140,6 +140,7 @@ async fn a_slow_commit_is_never_half_visible_and_leases_and_heartbeats_keep_thei
                 lease_ms: LEASE_MS,
                 limit: 2,
                 principal: None,
+                versions: Default::default(),
             },
         )
         .await

@@ -116,6 +116,7 @@ async fn a_ledger_from_before_declarations_gets_the_former_kinds_declared_once_a
                 lease_ms: 30_000,
                 limit: 10,
                 principal: None,
+                versions: Default::default(),
             },
         )
         .await

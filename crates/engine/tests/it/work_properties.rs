@@ -392,6 +392,7 @@ impl World {
                             lease_ms,
                             limit,
                             principal: None,
+                            versions: Default::default(),
                         },
                     )
                     .await

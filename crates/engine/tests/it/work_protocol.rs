@@ -85,6 +85,7 @@ fn claim_request(kinds: &[&str], worker: &str, lease_ms: i64, limit: usize) -> C
         lease_ms,
         limit,
         principal: None,
+        versions: Default::default(),
     }
 }
 

@@ -51,6 +51,7 @@ async fn a_task_goes_from_request_to_completion_and_replay_agrees<B: Backend>(ba
                 lease_ms: 30_000,
                 limit: 10,
                 principal: None,
+                versions: Default::default(),
             },
         )
         .await
@@ -118,6 +119,7 @@ async fn a_task_goes_from_request_to_completion_and_replay_agrees<B: Backend>(ba
                 lease_ms: 30_000,
                 limit: 10,
                 principal: None,
+                versions: Default::default(),
             },
         )
         .await
@@ -140,6 +142,7 @@ async fn a_task_goes_from_request_to_completion_and_replay_agrees<B: Backend>(ba
                 lease_ms: 1_000,
                 limit: 10,
                 principal: None,
+                versions: Default::default(),
             },
         )
         .await
@@ -162,6 +165,7 @@ async fn a_task_goes_from_request_to_completion_and_replay_agrees<B: Backend>(ba
                 lease_ms: 30_000,
                 limit: 10,
                 principal: None,
+                versions: Default::default(),
             },
         )
         .await
@@ -277,6 +281,7 @@ async fn batched_requests_and_completions_answer_each_item_on_its_own<B: Backend
                 lease_ms: 30_000,
                 limit: 10,
                 principal: None,
+                versions: Default::default(),
             },
         )
         .await
@@ -350,6 +355,7 @@ async fn work_protocol_commands_run_on_spawned_tasks<B: Backend>(backend: &B) {
                 lease_ms: 10_000,
                 limit: 1,
                 principal: None,
+                versions: Default::default(),
             },
         )
         .await
@@ -458,6 +464,7 @@ async fn removing_a_media_item_cancels_its_unfinished_tasks_and_ends_their_claim
                 lease_ms: 60_000,
                 limit: 1,
                 principal: None,
+                versions: Default::default(),
             },
         )
         .await
@@ -528,6 +535,7 @@ async fn outcomes_reported_together_are_each_fenced_and_keep_their_own_actor<B: 
                 lease_ms: 30_000,
                 limit: 4,
                 principal: None,
+                versions: Default::default(),
             },
         )
         .await

@@ -28,6 +28,7 @@ use opledger_engine::{ClaimRequest, CommandContext, Completion, Fence, Progress,
 use opledger_store::Store;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 use tokio::time::Instant;
 use utoipa::ToSchema;
@@ -48,6 +49,13 @@ pub struct ClaimBody {
     /// Task kinds to take; empty takes any the token allows.
     #[serde(default)]
     pub kinds: Vec<String>,
+    /// The versions of each kind the worker's code implements, e.g.
+    /// `{"embedding": ["2"]}`: it is offered only tasks requested at one of
+    /// them. A kind it states none for is offered at any version — the
+    /// unsafe legacy mode, in which old code may run work requested for a
+    /// newer version. Each kind here must be one of `kinds`.
+    #[serde(default)]
+    pub versions: BTreeMap<String, BTreeSet<String>>,
     /// The lease (60 000 ms when absent); heartbeats extend it.
     #[serde(default)]
     pub lease_ms: Option<i64>,
@@ -70,6 +78,9 @@ pub struct ClaimView {
     /// The media item's file.
     pub path: Option<String>,
     pub task_kind: String,
+    /// The version of the kind the task was requested at: the version the
+    /// worker must run (null for a task recorded before versions were).
+    pub kind_version: Option<String>,
     /// The revision claimed: the fence of every report.
     pub revision: String,
     #[schema(value_type = Object)]
@@ -90,6 +101,7 @@ impl From<TaskClaim> for ClaimView {
             region_id: claim.region_id.map(|id| id.to_string()),
             path: claim.path,
             task_kind: claim.task_kind,
+            kind_version: claim.kind_version,
             revision: claim.revision,
             inputs: claim.inputs,
             lease_expires_at: claim.lease_expires_at.to_rfc3339(),
@@ -130,6 +142,7 @@ pub async fn claim<S: Store>(
         lease_ms: body.lease_ms.unwrap_or(DEFAULT_LEASE_MS),
         limit: body.limit.unwrap_or(1),
         principal: Some(caller.name.clone()),
+        versions: body.versions.clone(),
     };
     // Under a key, a claim that took nothing is not recorded (see
     // `Engine::claim_tasks`): the long poll tries again under the same key.

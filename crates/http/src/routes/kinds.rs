@@ -117,6 +117,10 @@ pub struct KindOutcome {
     pub version: String,
     /// Capabilities whose result the new version made `stale` (or would).
     pub stale_items: usize,
+    /// Waiting tasks the new version re-targeted in the same transaction
+    /// (requested again at it, reason `version_changed`, or blocked where
+    /// it cannot run their inputs).
+    pub retargeted: usize,
     /// Why a refused kind was refused, with its line and column.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -139,6 +143,7 @@ impl ApplyReport {
                     .to_string(),
                     version: kind.version.clone(),
                     stale_items: kind.stale_items,
+                    retargeted: kind.retargeted,
                     error: kind.error.clone(),
                 })
                 .collect(),

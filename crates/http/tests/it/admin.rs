@@ -332,7 +332,7 @@ async fn kinds_are_listed_shown_and_applied_and_a_refused_document_records_nothi
     assert_eq!(dry.status, 200, "{dry:?}");
     assert_eq!(
         dry.body["kinds"][0],
-        json!({"name": "caption", "status": "declared", "version": "1", "stale_items": 0})
+        json!({"name": "caption", "status": "declared", "version": "1", "stale_items": 0, "retargeted": 0})
     );
     assert_error(
         &service.get("/api/v1/kinds/caption", As::Reader).await,

@@ -192,6 +192,7 @@ async fn filters_keep_only_the_events_of_the_operation_batch_or_media_asked<B: B
                 lease_ms: 30_000,
                 limit: 1,
                 principal: None,
+                versions: Default::default(),
             },
         )
     };

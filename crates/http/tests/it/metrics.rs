@@ -81,6 +81,7 @@ async fn metrics_show_status_counts_queue_age_work_counters_and_request_latency_
                 lease_ms: 30_000,
                 limit: 3,
                 principal: None,
+                versions: Default::default(),
             },
         )
         .await
@@ -179,6 +180,7 @@ async fn append_and_commit_latency_count_every_write_command_by_kind_and_failure
                 lease_ms: 30_000,
                 limit: 1,
                 principal: None,
+                versions: Default::default(),
             },
         )
         .await

@@ -156,6 +156,7 @@ async fn a_command_whose_connection_is_terminated_is_unavailable_and_its_retry_a
                 lease_ms: 60_000,
                 limit: 1,
                 principal: None,
+                versions: Default::default(),
             },
         )
         .await

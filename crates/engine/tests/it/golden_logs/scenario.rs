@@ -57,6 +57,7 @@ fn claim(kinds: &[&str], worker: &str) -> ClaimRequest {
         lease_ms: 30_000,
         limit: 10,
         principal: None,
+        versions: Default::default(),
     }
 }
 
