@@ -155,6 +155,8 @@ async fn claim<S: Store>(engine: &Engine<S>, args: &ClaimArgs, as_json: bool) ->
     if args.worker.trim().is_empty() {
         return Err(UsageError("--worker needs a name".into()).into());
     }
+    let versions = stated_versions(&args.kinds, &args.versions)?;
+    opledger_domain::versions::check_stated_versions(&args.kinds, &versions)?;
     // Expired claims of dead workers are requeued before any worker claims.
     let recovered = engine.recover(&CommandContext::actor(RECOVERY_ACTOR)).await?;
     if recovered.interrupted > 0 {
@@ -173,7 +175,7 @@ async fn claim<S: Store>(engine: &Engine<S>, args: &ClaimArgs, as_json: bool) ->
                 lease_ms: args.lease * 1_000,
                 limit: args.limit,
                 principal: None,
-                versions: stated_versions(&args.kinds, &args.versions)?,
+                versions,
             },
         )
         .await?;
@@ -199,9 +201,18 @@ async fn claim<S: Store>(engine: &Engine<S>, args: &ClaimArgs, as_json: bool) ->
 fn stated_versions(kinds: &[String], given: &[String]) -> anyhow::Result<BTreeMap<String, BTreeSet<String>>> {
     let mut versions: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for text in given {
+        // `KIND=VERSION` when what precedes `=` is a kind's name.
         let named = text
             .split_once('=')
-            .filter(|(kind, _)| kinds.iter().any(|named| named == kind));
+            .filter(|(kind, _)| opledger_domain::kinds::check_name("task kind", kind).is_ok());
+        if let Some((kind, _)) = named.filter(|(kind, _)| !kinds.iter().any(|named| named == kind)) {
+            return Err(UsageError(format!(
+                "--version {} is of kind {}, which no --kind names",
+                opledger_domain::quoted(text),
+                opledger_domain::quoted(kind)
+            ))
+            .into());
+        }
         let (kind, version) = match (named, kinds) {
             (Some((kind, version)), _) => (kind.to_string(), version.to_string()),
             (None, [kind]) => (kind.clone(), text.clone()),

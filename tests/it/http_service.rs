@@ -331,7 +331,9 @@ async fn four_python_workers_drain_500_tasks_exactly_once_and_a_killed_ones_task
     let names: Vec<String> = (1..=3).map(|n| format!("w{n}")).collect();
     let mut workers: Vec<Kid> = names
         .iter()
-        .map(|name| python_worker(dir.path(), name, &base, &token, "metadata", &short_lease))
+        // They state the version their code implements (the former
+        // built-in kinds are at version 1); the victim states none.
+        .map(|name| python_worker(dir.path(), name, &base, &token, "metadata=1", &short_lease))
         .collect();
     std::thread::sleep(Duration::from_millis(500));
     victim.signal("KILL");

@@ -248,3 +248,117 @@ fn a_new_version_is_counted_stale_by_status_and_reprocessed_in_one_batch() {
     );
     assert_exit(&opledger(&db, &["replay", "--verify"]), 0);
 }
+
+#[test]
+fn a_worker_states_its_version_on_the_command_line_and_is_offered_only_tasks_requested_at_it() {
+    let (dir, db) = temp_db();
+    for file in PIPELINE_FILES {
+        ok(&db, &["kinds", "apply", file]);
+    }
+    let mut media = Vec::new();
+    for n in 0..2 {
+        let output = opledger(
+            &db,
+            &[
+                "media",
+                "add",
+                "--path",
+                &format!("/v/{n}.jpg"),
+                "--digest",
+                &format!("sha256:{n:064x}"),
+            ],
+        );
+        assert_exit(&output, 0);
+        media.push(stdout(&output).trim().to_string());
+    }
+    let inputs = r#"{"model":"clip","model_revision":"1"}"#;
+    for id in &media {
+        ok(
+            &db,
+            &[
+                "task",
+                "request",
+                "--media",
+                id,
+                "--kind",
+                "auto_tagging",
+                "--inputs",
+                inputs,
+            ],
+        );
+    }
+    let claim = |version: &str| {
+        let mut args = vec![
+            "task",
+            "claim",
+            "--kind",
+            "auto_tagging",
+            "--worker",
+            "py-1",
+            "--lease",
+            "60",
+        ];
+        args.extend(["--version", version]);
+        ok(&db, &args)
+    };
+    let first = claim("1");
+    assert_eq!(first["kind_version"], "1", "the claim says the version to run: {first}");
+
+    let bumped = dir.path().join("bumped.toml");
+    let text = std::fs::read_to_string(PIPELINE_FILES[1]).unwrap().replacen(
+        "name = \"auto_tagging\"\ntarget = \"media\"\nversion = \"1\"",
+        "name = \"auto_tagging\"\ntarget = \"media\"\nversion = \"2\"",
+        1,
+    );
+    std::fs::write(&bumped, text).unwrap();
+    let applied = ok(&db, &["kinds", "apply", bumped.to_str().unwrap()]);
+    let tagging = applied["kinds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|kind| kind["name"] == "auto_tagging")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        tagging["retargeted"], 1,
+        "the waiting task moved to version 2: {tagging}"
+    );
+
+    assert_eq!(
+        claim("1")["claim_token"],
+        Value::Null,
+        "version-1 code is offered no version-2 task"
+    );
+    let second = claim("auto_tagging=2");
+    assert_eq!(second["kind_version"], "2", "{second}");
+
+    // A bare version with no kind, or of a kind the claim does not name, is
+    // refused before anything is recorded.
+    let head = ok(&db, &["status"])["head"].clone();
+    let refused = opledger(
+        &db,
+        &["task", "claim", "--worker", "w", "--lease", "60", "--version", "2"],
+    );
+    assert_exit(&refused, 2);
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("names no kind"));
+    let refused = opledger(
+        &db,
+        &[
+            "task",
+            "claim",
+            "--kind",
+            "auto_tagging",
+            "--worker",
+            "w",
+            "--lease",
+            "60",
+            "--version",
+            "caption=1",
+        ],
+    );
+    assert_exit(&refused, 2);
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("which no --kind names"));
+    assert_eq!(ok(&db, &["status"])["head"], head, "nothing appended");
+    // The program's own version flag still answers at the top.
+    assert_exit(&run(binary().arg("--version")), 0);
+}

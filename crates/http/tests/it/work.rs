@@ -527,6 +527,46 @@ async fn batched_requests_and_reports_answer_each_item_in_order<B: Backend>(back
     service.shutdown().await;
 }
 
+async fn a_worker_states_its_versions_and_is_offered_only_tasks_requested_at_them<B: Backend>(backend: &B) {
+    let service = start(backend).await;
+    let items = media(&service, 1).await;
+    request(&service, items[0], "metadata").await;
+    // The former built-in kinds are at version 1.
+    let none = claim(
+        &service,
+        As::Worker,
+        json!({"worker": "w2", "kinds": ["metadata"], "versions": {"metadata": ["2"]}}),
+    )
+    .await;
+    assert!(none.is_empty(), "version-2 code is offered no version-1 task");
+    let claims = claim(
+        &service,
+        As::Worker,
+        json!({"worker": "w1", "kinds": ["metadata"], "versions": {"metadata": ["1"]}}),
+    )
+    .await;
+    assert_eq!(claims.len(), 1);
+    assert_eq!(claims[0]["kind_version"], "1", "the claim says the version to run");
+
+    let before = head(&service).await;
+    let refused = service
+        .post(
+            "/api/v1/claims",
+            As::Worker,
+            json!({"worker": "w1", "kinds": ["metadata"], "versions": {"thumbnail": ["1"]}}),
+        )
+        .await;
+    assert_error(&refused, 422, "invalid");
+    assert!(
+        refused.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("does not name"),
+        "{refused:?}"
+    );
+    assert_eq!(head(&service).await, before, "nothing appended");
+}
+
 opledger_testkit::backend_tests!(
     a_task_is_requested_claimed_heartbeated_progressed_and_completed,
     a_stale_token_or_revision_is_409_and_appends_nothing,
@@ -538,4 +578,5 @@ opledger_testkit::backend_tests!(
     a_long_poll_answers_no_claims_when_its_wait_passes,
     a_long_poll_is_answered_with_no_claims_when_the_service_stops,
     batched_requests_and_reports_answer_each_item_in_order,
+    a_worker_states_its_versions_and_is_offered_only_tasks_requested_at_them,
 );
