@@ -831,8 +831,14 @@ pub struct BatchCreateArgs {
     #[arg(long)]
     pub name: String,
     /// Media items (repeat the flag or give several ids).
-    #[arg(long, value_name = "ID", num_args = 1.., required = true)]
+    #[arg(long, value_name = "ID", num_args = 1.., required_unless_present = "media_file")]
     pub media: Vec<MediaId>,
+    /// A file of media ids, one a line (`-`: standard input), beside or
+    /// instead of --media: for more items than a command line holds. Blank
+    /// lines are skipped; a line that is not an id refuses the batch,
+    /// naming its line, and nothing is recorded.
+    #[arg(long, value_name = "FILE")]
+    pub media_file: Option<std::path::PathBuf>,
     /// Task kinds to run on every item (repeat or give several).
     #[arg(long, value_name = "KIND", num_args = 1.., required = true)]
     pub kind: Vec<String>,
