@@ -807,11 +807,16 @@ pub enum BatchCommand {
         #[command(flatten)]
         page: PageArgs,
     },
-    /// Cancel a batch: waiting items now, running ones at their next heartbeat.
+    /// Cancel a batch: waiting and blocked items now, running ones at their
+    /// next heartbeat. Prints the batch's progress and how many items were
+    /// cancelled, asked to stop or already settled; the items with --verbose.
     Cancel {
         batch_id: BatchId,
         #[arg(long, default_value = "")]
         reason: String,
+        /// Print every item of the batch too (in --json, an `items` array).
+        #[arg(long)]
+        verbose: bool,
         #[command(flatten)]
         retry: RetryArgs,
     },
