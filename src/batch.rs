@@ -7,7 +7,7 @@ use crate::UsageError;
 use opledger_domain::projections::{BatchItemRow, BatchRow, CapabilityRow, ReviewRow};
 use opledger_domain::review::ReviewAction;
 use opledger_domain::MediaId;
-use opledger_engine::{BatchPage, BatchRequest, BatchSummary, BatchView, Engine, Listing};
+use opledger_engine::{BatchCancelCounts, BatchPage, BatchRequest, BatchSummary, BatchView, Engine, Listing};
 use opledger_store::Store;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -54,11 +54,14 @@ pub async fn batch<S: Store>(engine: &Engine<S>, command: &BatchCommand, as_json
         BatchCommand::Cancel {
             batch_id,
             reason,
+            verbose,
             retry,
-        } => show(
-            &engine.cancel_batch(&retry.context("cli"), *batch_id, reason).await?,
-            as_json,
-        ),
+        } => {
+            let (view, counts) = engine
+                .cancel_batch_counted(&retry.context("cli"), *batch_id, reason)
+                .await?;
+            show_cancel(&view, &counts, *verbose, as_json);
+        }
         BatchCommand::Resume {
             batch_id,
             reason,
@@ -110,6 +113,7 @@ fn batch_json(batch: &BatchRow) -> Value {
         "failed": summary.failed,
         "skipped": summary.skipped,
         "cancelled": summary.cancelled,
+        "blocked": summary.blocked,
         "remaining": summary.remaining,
         "resumes": batch.resumes,
         "created_at": batch.created_at,
@@ -133,7 +137,7 @@ fn item_json(item: &BatchItemRow) -> Value {
 fn progress_line(batch: &BatchRow) -> String {
     let progress = &batch.progress;
     format!(
-        "{}  {:<24} {:<24} {}/{} settled: {} succeeded, {} failed, {} skipped, {} cancelled, {} remaining",
+        "{}  {:<24} {:<24} {}/{} settled: {} succeeded, {} failed, {} skipped, {} cancelled, {} blocked, {} remaining",
         batch.batch_id,
         batch.name,
         batch.status,
@@ -143,6 +147,7 @@ fn progress_line(batch: &BatchRow) -> String {
         progress.failed,
         progress.skipped,
         progress.cancelled,
+        progress.blocked,
         progress.remaining()
     )
 }
@@ -155,6 +160,48 @@ fn show(view: &BatchView, as_json: bool) {
         return;
     }
     println!("{}", progress_line(&view.batch));
+    show_items(view);
+}
+
+/// A cancelled batch: its progress and what the cancel did, in counts (a
+/// batch may hold a million items); its items only when asked for.
+fn show_cancel(view: &BatchView, counts: &BatchCancelCounts, verbose: bool, as_json: bool) {
+    if as_json {
+        let mut value = batch_json(&view.batch);
+        value["cancel"] = json!(counts);
+        if verbose {
+            value["items"] = Value::Array(view.items.iter().map(item_json).collect());
+        }
+        print_json(&value);
+        return;
+    }
+    println!("{}", progress_line(&view.batch));
+    println!(
+        "cancel: {} of {} items cancelled now, {} running asked to stop{}, {} already settled{}",
+        counts.cancelled,
+        counts.items,
+        counts.asked_to_stop,
+        if counts.already_stopping > 0 {
+            format!(" ({} asked before)", counts.already_stopping)
+        } else {
+            String::new()
+        },
+        counts.already_settled,
+        if counts.not_cancellable > 0 {
+            format!(
+                ", {} interrupted or retrying (not cancellable now)",
+                counts.not_cancellable
+            )
+        } else {
+            String::new()
+        },
+    );
+    if verbose {
+        show_items(view);
+    }
+}
+
+fn show_items(view: &BatchView) {
     for item in &view.items {
         println!(
             "  {:<5} {:<60} {:<10} runs {}  {}",

@@ -815,11 +815,16 @@ pub enum BatchCommand {
         #[command(flatten)]
         page: PageArgs,
     },
-    /// Cancel a batch: waiting items now, running ones at their next heartbeat.
+    /// Cancel a batch: waiting and blocked items now, running ones at their
+    /// next heartbeat. Prints the batch's progress and how many items were
+    /// cancelled, asked to stop or already settled; the items with --verbose.
     Cancel {
         batch_id: BatchId,
         #[arg(long, default_value = "")]
         reason: String,
+        /// Print every item of the batch too (in --json, an `items` array).
+        #[arg(long)]
+        verbose: bool,
         #[command(flatten)]
         retry: RetryArgs,
     },
@@ -839,8 +844,14 @@ pub struct BatchCreateArgs {
     #[arg(long)]
     pub name: String,
     /// Media items (repeat the flag or give several ids).
-    #[arg(long, value_name = "ID", num_args = 1.., required = true)]
+    #[arg(long, value_name = "ID", num_args = 1.., required_unless_present = "media_file")]
     pub media: Vec<MediaId>,
+    /// A file of media ids, one a line (`-`: standard input), beside or
+    /// instead of --media: for more items than a command line holds. Blank
+    /// lines are skipped; a line that is not an id refuses the batch,
+    /// naming its line, and nothing is recorded.
+    #[arg(long, value_name = "FILE")]
+    pub media_file: Option<std::path::PathBuf>,
     /// Task kinds to run on every item (repeat or give several).
     #[arg(long, value_name = "KIND", num_args = 1.., required = true)]
     pub kind: Vec<String>,

@@ -193,6 +193,10 @@ fn describe_json(description: &Description, sentence: &str) -> Value {
         "claim": claim,
         "requested_revision": state.map(|state| state.requested_revision.clone()).or_else(|| operation.revision.clone()),
         "completed_revision": state.and_then(|state| state.completed_revision.clone()),
+        // The output of `completed_revision`, as the HTTP route answers it.
+        "output": state
+            .and_then(|state| state.output.as_deref())
+            .and_then(|output| serde_json::from_str::<Value>(output).ok()),
         "available_at": time_json(state.map(|state| state.available_at).or(operation.available_at)),
         "last_error": operation.last_error,
         "queue": description.queue,

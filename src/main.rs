@@ -42,6 +42,7 @@ mod explain;
 mod ingest;
 mod kinds;
 mod limits;
+mod media_file;
 mod output;
 mod query;
 mod review_bulk;
@@ -168,7 +169,7 @@ fn main() -> ExitCode {
             return ExitCode::from(5);
         }
     };
-    let result = match limits::check(&mut cli) {
+    let result = match limits::check(&mut cli).and_then(|()| media_file::take(&mut cli)) {
         Ok(()) => runtime.block_on(run(cli)),
         Err(error) => Err(error.into()),
     };

@@ -87,7 +87,7 @@ pub fn status(report: &StatusReport, as_json: bool) {
     println!("active batches: {}", report.active_batches.len());
     for batch in &report.active_batches {
         println!(
-            "  {} {:<20} {}/{} settled ({} succeeded, {} failed, {} skipped, {} cancelled), {} remaining",
+            "  {} {:<20} {}/{} settled ({} succeeded, {} failed, {} skipped, {} cancelled, {} blocked), {} remaining",
             batch.batch_id,
             batch.name,
             batch.settled,
@@ -96,6 +96,7 @@ pub fn status(report: &StatusReport, as_json: bool) {
             batch.failed,
             batch.skipped,
             batch.cancelled,
+            batch.blocked,
             batch.remaining
         );
     }

@@ -1,4 +1,4 @@
--- batches, version 2 (PostgreSQL). See media_registry/postgres.sql for the
+-- batches, version 3 (PostgreSQL). See media_registry/postgres.sql for the
 -- t: and r: placeholders. Progress columns are exact counts of the batch's
 -- items; the CHECKs keep them consistent with each other.
 CREATE TABLE {{t:batches}} (
@@ -15,12 +15,13 @@ CREATE TABLE {{t:batches}} (
     failed           bigint      NOT NULL CHECK (failed >= 0),
     skipped          bigint      NOT NULL CHECK (skipped >= 0),
     cancelled        bigint      NOT NULL CHECK (cancelled >= 0),
+    blocked          bigint      NOT NULL CHECK (blocked >= 0),
     remaining        bigint      NOT NULL CHECK (remaining >= 0),
     resumes          bigint      NOT NULL CHECK (resumes >= 0),
     created_at       timestamptz NOT NULL,
     updated_at       timestamptz NOT NULL,
     version          bigint      NOT NULL CHECK (version >= 1),
-    CHECK (settled = succeeded + failed + skipped + cancelled),
+    CHECK (settled = succeeded + failed + skipped + cancelled + blocked),
     CHECK (remaining = total - settled),
     -- Active (unsettled items) exactly when running or cancelling.
     CHECK ((remaining > 0) = (status IN ('running', 'cancelling')))
@@ -37,7 +38,7 @@ CREATE TABLE {{t:batch_items}} (
     operation_id uuid        NOT NULL,
     position     bigint      NOT NULL CHECK (position >= 0),
     label        text        NOT NULL,
-    outcome      text        CHECK (outcome IS NULL OR outcome IN ('succeeded', 'failed', 'skipped', 'cancelled')),
+    outcome      text        CHECK (outcome IS NULL OR outcome IN ('succeeded', 'failed', 'skipped', 'cancelled', 'blocked')),
     last_status  text,
     reason       text,
     runs         bigint      NOT NULL CHECK (runs >= 1),

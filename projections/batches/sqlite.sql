@@ -1,4 +1,4 @@
--- batches, version 2 (SQLite). See media_registry/sqlite.sql for the t: and
+-- batches, version 3 (SQLite). See media_registry/sqlite.sql for the t: and
 -- r: placeholders. Progress columns are exact counts of the batch's items;
 -- the CHECKs keep them consistent with each other.
 CREATE TABLE {{t:batches}} (
@@ -15,12 +15,13 @@ CREATE TABLE {{t:batches}} (
     failed           INTEGER NOT NULL CHECK (failed >= 0),
     skipped          INTEGER NOT NULL CHECK (skipped >= 0),
     cancelled        INTEGER NOT NULL CHECK (cancelled >= 0),
+    blocked          INTEGER NOT NULL CHECK (blocked >= 0),
     remaining        INTEGER NOT NULL CHECK (remaining >= 0),
     resumes          INTEGER NOT NULL CHECK (resumes >= 0),
     created_at       TEXT    NOT NULL,
     updated_at       TEXT    NOT NULL,
     version          INTEGER NOT NULL CHECK (version >= 1),
-    CHECK (settled = succeeded + failed + skipped + cancelled),
+    CHECK (settled = succeeded + failed + skipped + cancelled + blocked),
     CHECK (remaining = total - settled),
     -- Active (unsettled items) exactly when running or cancelling.
     CHECK ((remaining > 0) = (status IN ('running', 'cancelling')))
@@ -37,7 +38,7 @@ CREATE TABLE {{t:batch_items}} (
     operation_id TEXT    NOT NULL,
     position     INTEGER NOT NULL CHECK (position >= 0),
     label        TEXT    NOT NULL,
-    outcome      TEXT    CHECK (outcome IS NULL OR outcome IN ('succeeded', 'failed', 'skipped', 'cancelled')),
+    outcome      TEXT    CHECK (outcome IS NULL OR outcome IN ('succeeded', 'failed', 'skipped', 'cancelled', 'blocked')),
     last_status  TEXT,
     reason       TEXT,
     runs         INTEGER NOT NULL CHECK (runs >= 1),

@@ -9,6 +9,7 @@ mod history_support;
 mod ingest_support;
 mod supervise_support;
 
+mod batch_cli;
 mod bench_http;
 mod bench_scripts;
 mod cli;

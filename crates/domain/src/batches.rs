@@ -10,6 +10,7 @@
 use crate::error::DomainError;
 use crate::events::{Event, OperationReason};
 use crate::ids::OperationId;
+use crate::kinds::BlockedOn;
 use crate::status::OperationStatus;
 use crate::transitions::{self, Cause};
 use serde::{Deserialize, Serialize};
@@ -30,6 +31,12 @@ pub enum ItemOutcome {
     Skipped,
     /// It was cancelled: a resume runs it again.
     Cancelled,
+    /// It cannot run: a capability its kind needs ended without a result
+    /// on the item (its work failed for good, found nothing, or does not
+    /// apply). Only a person clearing the need lets it run, so the batch
+    /// does not wait for it; the item takes its real outcome if it runs
+    /// and settles later.
+    Blocked,
 }
 
 impl ItemOutcome {
@@ -38,6 +45,7 @@ impl ItemOutcome {
         ItemOutcome::Failed,
         ItemOutcome::Skipped,
         ItemOutcome::Cancelled,
+        ItemOutcome::Blocked,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -46,12 +54,21 @@ impl ItemOutcome {
             ItemOutcome::Failed => "failed",
             ItemOutcome::Skipped => "skipped",
             ItemOutcome::Cancelled => "cancelled",
+            ItemOutcome::Blocked => "blocked",
         }
     }
 
     /// Whether a resume runs an item that ended this way again.
     pub fn is_resumable(self) -> bool {
         matches!(self, ItemOutcome::Failed | ItemOutcome::Cancelled)
+    }
+
+    /// Whether a later settlement of the item's operation replaces this
+    /// outcome. A block by a need is not an end of the item's own work:
+    /// once a person clears the need, the work runs, and how it ends is
+    /// the item's outcome. Every other outcome is final until a resume.
+    pub fn is_replaced_by(self, later: ItemOutcome) -> bool {
+        self == ItemOutcome::Blocked && later != ItemOutcome::Blocked
     }
 }
 
@@ -68,7 +85,9 @@ impl FromStr for ItemOutcome {
             .iter()
             .copied()
             .find(|outcome| outcome.as_str() == text)
-            .ok_or_else(|| format!("{text:?} is not a batch item outcome (succeeded, failed, skipped, cancelled)"))
+            .ok_or_else(|| {
+                format!("{text:?} is not a batch item outcome (succeeded, failed, skipped, cancelled, blocked)")
+            })
     }
 }
 
@@ -90,6 +109,18 @@ pub fn settled_outcome(status: OperationStatus) -> Option<ItemOutcome> {
         | O::Blocked
         | O::FailedRetryable
         | O::Interrupted => None,
+    }
+}
+
+/// The batch outcome of an operation as it stands: its settled status's
+/// ([`settled_outcome`]), or `blocked` while it is blocked by a need whose
+/// work ended without a result ([`BlockedOn::is_waiting`] is false). A
+/// block that still waits for work in progress, and a block by a person
+/// or caller (no need recorded), leave the item unsettled.
+pub fn item_outcome(status: OperationStatus, blocked_on: Option<&BlockedOn>) -> Option<ItemOutcome> {
+    match (status, blocked_on) {
+        (OperationStatus::Blocked, Some(need)) if !need.is_waiting() => Some(ItemOutcome::Blocked),
+        _ => settled_outcome(status),
     }
 }
 
@@ -127,6 +158,7 @@ pub struct BatchProgress {
     pub failed: i64,
     pub skipped: i64,
     pub cancelled: i64,
+    pub blocked: i64,
 }
 
 impl BatchProgress {
@@ -152,6 +184,7 @@ impl BatchProgress {
             ItemOutcome::Failed => &mut self.failed,
             ItemOutcome::Skipped => &mut self.skipped,
             ItemOutcome::Cancelled => &mut self.cancelled,
+            ItemOutcome::Blocked => &mut self.blocked,
         }
     }
 }
@@ -173,7 +206,7 @@ pub enum BatchStatus {
     /// Cancel requested; running items were asked to stop and have not yet.
     Cancelling,
     Completed,
-    /// Every item settled, some of them failed.
+    /// Every item settled, some of them failed or blocked.
     CompletedWithFailures,
     Cancelled,
 }
@@ -221,13 +254,14 @@ pub fn batch_status(progress: &BatchProgress, cancel_requested: bool) -> BatchSt
         (true, false) => BatchStatus::Running,
         (true, true) => BatchStatus::Cancelling,
         (false, true) => BatchStatus::Cancelled,
-        (false, false) if progress.failed > 0 => BatchStatus::CompletedWithFailures,
+        (false, false) if progress.failed > 0 || progress.blocked > 0 => BatchStatus::CompletedWithFailures,
         (false, false) => BatchStatus::Completed,
     }
 }
 
-/// What cancelling a batch does to one unsettled item's operation: settled
-/// work is left alone; claimed work is asked to stop (it settles as
+/// What cancelling a batch does to the operation of an item that is
+/// unsettled or settled `blocked` (work that would run once its need is
+/// cleared): settled work is left alone; claimed work is asked to stop (it settles as
 /// cancelled when its worker acknowledges); waiting work is cancelled now.
 pub fn decide_item_cancel(
     operation_id: OperationId,
@@ -304,6 +338,47 @@ mod tests {
                 "{status}: settled exactly when terminal"
             );
         }
+    }
+
+    #[test]
+    fn an_item_blocked_by_a_need_that_ended_without_a_result_is_settled_blocked() {
+        use crate::status::CapabilityStatus;
+        let need = |status| BlockedOn {
+            capability: "thumbnail".into(),
+            status: Some(status),
+        };
+        let stuck = need(CapabilityStatus::FailedTerminal);
+        let waiting = need(CapabilityStatus::Queued);
+        let blocked = OperationStatus::Blocked;
+        assert_eq!(item_outcome(blocked, Some(&stuck)), Some(ItemOutcome::Blocked));
+        assert_eq!(item_outcome(blocked, Some(&waiting)), None);
+        // A block by a person or caller is theirs to clear: not settled.
+        assert_eq!(item_outcome(blocked, None), None);
+        for status in OperationStatus::ALL {
+            if *status != blocked {
+                assert_eq!(
+                    item_outcome(*status, Some(&stuck)),
+                    settled_outcome(*status),
+                    "{status}"
+                );
+            }
+        }
+        // Only a block gives way to the outcome the work reaches later.
+        for outcome in ItemOutcome::ALL {
+            for later in ItemOutcome::ALL {
+                let replaced = *outcome == ItemOutcome::Blocked && *later != ItemOutcome::Blocked;
+                assert_eq!(outcome.is_replaced_by(*later), replaced, "{outcome} by {later}");
+            }
+        }
+        let mut progress = BatchProgress {
+            total: 2,
+            ..BatchProgress::default()
+        };
+        progress.settle(ItemOutcome::Succeeded);
+        progress.settle(ItemOutcome::Blocked);
+        assert!(!is_active(&progress));
+        assert_eq!(batch_status(&progress, false), BatchStatus::CompletedWithFailures);
+        assert!(!ItemOutcome::Blocked.is_resumable());
     }
 
     #[test]

@@ -18,7 +18,9 @@ use crate::reactions::settlement_reason;
 use crate::tx::{commit_appends, CommandContext, Decided, Stamp};
 use crate::work::{request_in_tx, TaskRequest, TaskTarget};
 use crate::Engine;
-use opledger_domain::batches::{decide_item_cancel, decide_item_resume, is_active, settled_outcome, ItemOutcome};
+use opledger_domain::batches::{
+    decide_item_cancel, decide_item_resume, is_active, item_outcome, settled_outcome, ItemOutcome,
+};
 use opledger_domain::events::{
     BatchCancelRequested, BatchCreated, BatchItemSettled, BatchItemSpec, BatchItemsAdded, BatchResumed, Event,
 };
@@ -27,7 +29,7 @@ use opledger_domain::projections::{
 };
 use opledger_domain::{BatchId, MediaId, NewEvent, OperationId, StreamId};
 use opledger_store::{ExpectedVersion, Store, StreamAppend, WriteTx};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -47,6 +49,39 @@ pub struct BatchRequest {
     /// Inputs per kind; what is left out takes the kind's declared defaults.
     pub inputs: BTreeMap<String, Value>,
     pub priority: i32,
+}
+
+/// What cancelling a batch did to its items.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchCancelCounts {
+    /// The items the batch holds.
+    pub items: usize,
+    /// Waiting or blocked items, cancelled at once.
+    pub cancelled: usize,
+    /// Running items asked to stop: each settles `cancelled` when its
+    /// worker acknowledges at its next heartbeat.
+    pub asked_to_stop: usize,
+    /// Running items an earlier cancel already asked to stop.
+    pub already_stopping: usize,
+    /// Items settled before the cancel (succeeded, failed, skipped,
+    /// cancelled), left as they are.
+    pub already_settled: usize,
+    /// Unsettled items whose status takes no cancel now (interrupted or
+    /// failed and about to be retried); recovery or the retry settles them.
+    pub not_cancellable: usize,
+}
+
+impl BatchCancelCounts {
+    fn count(&mut self, operation: &OperationRow, decided: Option<&Event>) {
+        let count = match decided {
+            Some(Event::OperationCancelled(_)) => &mut self.cancelled,
+            Some(_) => &mut self.asked_to_stop,
+            None if operation.status.is_terminal() => &mut self.already_settled,
+            None if operation.status.is_claimed() => &mut self.already_stopping,
+            None => &mut self.not_cancellable,
+        };
+        *count += 1;
+    }
 }
 
 /// A batch with its items.
@@ -283,56 +318,81 @@ impl<S: Store> Engine<S> {
         Ok(batches)
     }
 
-    /// Cancels a batch: waiting items are cancelled at once, running ones
-    /// asked to stop (they settle as cancelled when their workers
-    /// acknowledge). Refused when nothing in it is unsettled.
+    /// Cancels a batch: waiting and blocked items are cancelled at once,
+    /// running ones asked to stop (they settle as cancelled when their
+    /// workers acknowledge). Refused when nothing in it is unsettled or
+    /// blocked.
     pub async fn cancel_batch(
         &self,
         context: &CommandContext,
         batch_id: BatchId,
         reason: &str,
     ) -> Result<BatchView, EngineError> {
+        Ok(self.cancel_batch_counted(context, batch_id, reason).await?.0)
+    }
+
+    /// [`Engine::cancel_batch`], with what the cancel did to the batch's
+    /// items. Items settled `blocked` (a need of their kind ended without a
+    /// result) are cancelled too: they are waiting work that would run if
+    /// a person cleared the need. A retry under the cancel's request id
+    /// answers the first attempt's counts.
+    pub async fn cancel_batch_counted(
+        &self,
+        context: &CommandContext,
+        batch_id: BatchId,
+        reason: &str,
+    ) -> Result<(BatchView, BatchCancelCounts), EngineError> {
         let reason = non_empty(reason, "batch cancelled");
         let once = context.once("batch.cancel", json!({"batch_id": batch_id, "reason": reason}));
         let stamp = self.stamp(&batch_context(context, batch_id));
-        self.stamped_once(once, stamp, move |tx, rows, stamp| {
-            Box::pin(async move {
-                let (batch, items) = load_batch(tx, rows, batch_id).await?;
-                if !is_active(&batch.progress) {
-                    return Err(EngineError::Domain(opledger_domain::DomainError::Conflict(format!(
-                        "batch {batch_id} is {}: nothing left to cancel",
-                        batch.status
-                    ))));
-                }
-                let unsettled: Vec<OperationId> = items
-                    .iter()
-                    .filter(|item| item.outcome.is_none())
-                    .map(|item| item.operation_id)
-                    .collect();
-                let operations = load_operations(tx, rows, &unsettled).await?;
-                let mut appends = vec![StreamAppend {
-                    stream_id: StreamId::batch(batch_id),
-                    expected: ExpectedVersion::Exactly(batch.version),
-                    events: vec![stamp.event(Event::BatchCancelRequested(BatchCancelRequested {
-                        batch_id,
-                        reason: reason.clone(),
-                    }))],
-                }];
-                for operation in operations.values() {
-                    if let Some(event) = decide_item_cancel(
-                        operation.operation_id,
-                        operation.status,
-                        operation.cancel_requested,
-                        &reason,
-                    ) {
-                        appends.push(operation_append(operation, vec![stamp.event(event)]));
+        // Optional: a cancel recorded before the counts were answered
+        // answers none when retried.
+        let counts: Option<BatchCancelCounts> = self
+            .stamped_once(once, stamp, move |tx, rows, stamp| {
+                Box::pin(async move {
+                    let (batch, items) = load_batch(tx, rows, batch_id).await?;
+                    let open: Vec<OperationId> = items
+                        .iter()
+                        .filter(|item| item.outcome.is_none_or(|outcome| outcome == ItemOutcome::Blocked))
+                        .map(|item| item.operation_id)
+                        .collect();
+                    if open.is_empty() {
+                        return Err(EngineError::Domain(opledger_domain::DomainError::Conflict(format!(
+                            "batch {batch_id} is {}: nothing left to cancel",
+                            batch.status
+                        ))));
                     }
-                }
-                Ok(Decided::answer((), appends))
+                    let operations = load_operations(tx, rows, &open).await?;
+                    let mut counts = BatchCancelCounts {
+                        items: items.len(),
+                        already_settled: items.len() - open.len(),
+                        ..BatchCancelCounts::default()
+                    };
+                    let mut appends = vec![StreamAppend {
+                        stream_id: StreamId::batch(batch_id),
+                        expected: ExpectedVersion::Exactly(batch.version),
+                        events: vec![stamp.event(Event::BatchCancelRequested(BatchCancelRequested {
+                            batch_id,
+                            reason: reason.clone(),
+                        }))],
+                    }];
+                    for operation in operations.values() {
+                        let event = decide_item_cancel(
+                            operation.operation_id,
+                            operation.status,
+                            operation.cancel_requested,
+                            &reason,
+                        );
+                        counts.count(operation, event.as_ref());
+                        if let Some(event) = event {
+                            appends.push(operation_append(operation, vec![stamp.event(event)]));
+                        }
+                    }
+                    Ok(Decided::answer(Some(counts), appends))
+                })
             })
-        })
-        .await?;
-        self.batch(batch_id).await
+            .await?;
+        Ok((self.batch(batch_id).await?, counts.unwrap_or_default()))
     }
 
     /// Resumes a batch: every item that ended failed or cancelled runs
@@ -543,7 +603,7 @@ async fn untouched_settlements<T: WriteTx>(
         let Some(operation) = operations.get(&item.operation_id) else {
             continue;
         };
-        let Some(outcome) = settled_outcome(operation.status) else {
+        let Some(outcome) = item_outcome(operation.status, operation.blocked_on.as_ref()) else {
             continue;
         };
         let (outcome, reason) = if done_is_skipped && outcome == ItemOutcome::Succeeded {

@@ -34,7 +34,7 @@ mod startup;
 mod tx;
 mod work;
 
-pub use batches::{BatchRequest, BatchView, MAX_BATCH_ITEMS};
+pub use batches::{BatchCancelCounts, BatchRequest, BatchView, MAX_BATCH_ITEMS};
 pub use clock::{
     Clock, FixedClock, FixedJitter, Ids, Jitter, RandomJitter, SequentialIds, SkewedClock, SystemClock, UuidV7Ids,
 };

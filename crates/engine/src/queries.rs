@@ -99,6 +99,8 @@ pub struct BatchSummary {
     pub failed: i64,
     pub skipped: i64,
     pub cancelled: i64,
+    /// Items that cannot run: a need of their kind ended without a result.
+    pub blocked: i64,
     pub remaining: i64,
 }
 
@@ -115,6 +117,7 @@ impl BatchSummary {
             failed: progress.failed,
             skipped: progress.skipped,
             cancelled: progress.cancelled,
+            blocked: progress.blocked,
             remaining: progress.remaining(),
         }
     }

@@ -160,12 +160,14 @@ pub(crate) const REACTIONS: &[Reaction] = &[
     // to is recorded not_applicable (first: that settles it, which the
     // reactions after it must see).
     Reaction::Applicability,
+    // Needs: tasks blocked by a capability these events settled or
+    // reopened are queued when their needs are met, or blocked again
+    // (before the settlement: a block on a need that ended without a
+    // result settles the task's batch items).
+    Reaction::Needs,
     // Completion reconciliation: batches holding an operation these events
     // settled record its outcome in the same transaction.
     Reaction::BatchSettlement,
-    // Needs: tasks blocked by a capability these events settled or
-    // reopened are queued when their needs are met, or blocked again.
-    Reaction::Needs,
     // Versions: waiting tasks behind their kind's declared version (a new
     // version just declared, or a task just put back to waiting, by the
     // command or the reactions before) are requested again at it (last:

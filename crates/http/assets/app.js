@@ -154,7 +154,7 @@ async function batches() {
       el("td", {}, batch.name),
       el("td", {}, batch.status),
       el("td", {}, bar, ` ${batch.settled}/${batch.total}`),
-      el("td", {}, batch.active ? act("cancel") : null),
+      el("td", {}, batch.active || batch.blocked > 0 ? act("cancel") : null),
       el("td", {}, batch.failed + batch.cancelled > 0 ? act("resume") : null));
   });
 }

@@ -5,7 +5,9 @@
 //! recorded on the batch's stream (`batch_item_settled`, appended by the
 //! engine in the transaction that settles the item's operation), never by
 //! aggregating processing states. A repeated settlement of a settled item
-//! adds nothing; an item listed twice is one item. The status follows the
+//! adds nothing, except that an item settled `blocked` (a need of its kind
+//! ended without a result) takes a later settlement's outcome; an item
+//! listed twice is one item. The status follows the
 //! shared activity predicate (`crate::batches::is_active`).
 
 use super::cells::{text_or_null, timestamp_or_null, Cell, CellReader, ColumnSpec, ColumnType, MapError, TableSpec};
@@ -34,6 +36,7 @@ pub static BATCHES_TABLE: TableSpec = TableSpec {
         ColumnSpec::required("failed", ColumnType::Integer),
         ColumnSpec::required("skipped", ColumnType::Integer),
         ColumnSpec::required("cancelled", ColumnType::Integer),
+        ColumnSpec::required("blocked", ColumnType::Integer),
         ColumnSpec::required("remaining", ColumnType::Integer),
         ColumnSpec::required("resumes", ColumnType::Integer),
         ColumnSpec::required("created_at", ColumnType::Timestamp),
@@ -64,7 +67,7 @@ pub static BATCH_ITEMS_TABLE: TableSpec = TableSpec {
 
 pub static BATCHES: ProjectionSpec = ProjectionSpec {
     name: "batches",
-    version: 2,
+    version: 3,
     tables: &[&BATCHES_TABLE, &BATCH_ITEMS_TABLE],
     question: "Which runs over which items exist, how far is each exactly, is it still active, and how did each item end each time it ran?",
     depends_on: &[],
@@ -102,6 +105,7 @@ impl BatchRow {
             Cell::Integer(progress.failed),
             Cell::Integer(progress.skipped),
             Cell::Integer(progress.cancelled),
+            Cell::Integer(progress.blocked),
             Cell::Integer(progress.remaining()),
             Cell::Integer(self.resumes),
             Cell::Timestamp(self.created_at),
@@ -125,6 +129,7 @@ impl BatchRow {
             failed: reader.integer()?,
             skipped: reader.integer()?,
             cancelled: reader.integer()?,
+            blocked: reader.integer()?,
         };
         // `remaining` is stored for dashboards; it is always total - settled.
         let _remaining = reader.integer()?;
@@ -326,11 +331,15 @@ impl Projector for Batches {
                         settled.operation_id
                     )));
                 };
-                // A repeated report for a settled item adds nothing.
-                if item.outcome.is_some() {
-                    return Ok(());
-                }
                 let outcome: ItemOutcome = settled.outcome.parse().map_err(fail)?;
+                // A repeated report for a settled item adds nothing, but
+                // an item settled `blocked` takes the outcome its work
+                // reaches once a person cleared the need.
+                match item.outcome {
+                    None => {}
+                    Some(earlier) if earlier.is_replaced_by(outcome) => batch.progress.unsettle(earlier),
+                    Some(_) => return Ok(()),
+                }
                 let mut item = item.clone();
                 item.outcome = Some(outcome);
                 item.last_status = Some(settled.status.as_str().to_string());

@@ -28,16 +28,16 @@ pub(crate) enum Reaction {
     /// whose content is of a media kind its kind does not apply to is
     /// recorded `not_applicable` instead of waiting to fail on it.
     Applicability,
-    /// Completion reconciliation: for every operation the events left
-    /// settled, the batches holding it as an unsettled item record its
-    /// outcome, on each batch's stream, right after the events that
-    /// settled it.
-    BatchSettlement,
     /// Needs: when work on an item settles or is reopened, the item's tasks
     /// blocked by their kind's `needs` are queued once every need has
     /// succeeded (reason `dependency_satisfied`), or blocked again with
     /// the need they now wait for.
     Needs,
+    /// Completion reconciliation: for every operation the events left
+    /// settled (or blocked by a need that ended without a result), the
+    /// batches holding it as an unsettled item record its outcome, on each
+    /// batch's stream, right after the events that settled it.
+    BatchSettlement,
     /// Versions: a task that waits at a version of its kind other than
     /// the declared one — every waiting task of a kind just declared at a
     /// new version, or one these events put back to waiting — is requested

@@ -1,10 +1,15 @@
 //! Completion reconciliation: for every operation a command's events
 //! settled, the batches holding it as an unsettled item record its outcome,
 //! on each batch's stream, right after the events that settled it.
+//!
+//! An operation blocked by a need whose work ended without a result is
+//! settled too (outcome `blocked`): nothing but a person can let it run, so
+//! its batch must not wait for it. Such an item takes the outcome its work
+//! reaches if it runs and settles later (`ItemOutcome::is_replaced_by`).
 
 use super::follows;
 use crate::error::EngineError;
-use opledger_domain::batches::{ingestion_failures, settled_outcome, ItemOutcome};
+use opledger_domain::batches::{ingestion_failures, item_outcome, ItemOutcome};
 use opledger_domain::events::{BatchItemSettled, Event};
 use opledger_domain::projections::{operation_key, Cell, OperationRow, Row, WorkingSet, BATCH_ITEMS_TABLE};
 use opledger_domain::{BatchId, EventEnvelope, NewEvent, OperationId, StreamId};
@@ -25,7 +30,7 @@ pub(super) async fn batch_settlements<T: WriteTx>(
         settling.insert(operation_id, envelope);
     }
     settling.retain(|operation_id, _| {
-        matches!(rows.get(&operation_key(*operation_id)), Some(Row::Operation(operation)) if operation.status.is_terminal())
+        matches!(rows.get(&operation_key(*operation_id)), Some(Row::Operation(operation)) if item_outcome(operation.status, operation.blocked_on.as_ref()).is_some())
     });
     if settling.is_empty() {
         return Ok(Vec::new());
@@ -35,22 +40,22 @@ pub(super) async fn batch_settlements<T: WriteTx>(
     let mut by_batch: BTreeMap<BatchId, Vec<NewEvent>> = BTreeMap::new();
     for row in items {
         let Row::BatchItem(item) = row else { continue };
-        if item.outcome.is_some() {
-            continue;
-        }
         let (Some(envelope), Some(Row::Operation(operation))) = (
             settling.get(&item.operation_id),
             rows.get(&operation_key(item.operation_id)),
         ) else {
             continue;
         };
-        let Some(outcome) = settled_outcome(operation.status) else {
+        let Some(outcome) = item_outcome(operation.status, operation.blocked_on.as_ref()) else {
             continue;
         };
         let (outcome, reason) = match ingestion_failures(&operation.kind, &envelope.event) {
             Some(failures) => (ItemOutcome::Failed, Some(failures)),
             None => (outcome, settlement_reason(outcome, operation)),
         };
+        if item.outcome.is_some_and(|earlier| !earlier.is_replaced_by(outcome)) {
+            continue;
+        }
         by_batch.entry(item.batch_id).or_default().push(follows(
             envelope,
             Event::BatchItemSettled(BatchItemSettled {
@@ -77,6 +82,8 @@ pub(super) async fn batch_settlements<T: WriteTx>(
 pub(crate) fn settlement_reason(outcome: ItemOutcome, operation: &OperationRow) -> Option<String> {
     match outcome {
         ItemOutcome::Failed => operation.last_error.clone().or_else(|| operation.status_reason.clone()),
-        ItemOutcome::Succeeded | ItemOutcome::Skipped | ItemOutcome::Cancelled => operation.status_reason.clone(),
+        ItemOutcome::Succeeded | ItemOutcome::Skipped | ItemOutcome::Cancelled | ItemOutcome::Blocked => {
+            operation.status_reason.clone()
+        }
     }
 }

@@ -5,6 +5,7 @@
 mod support;
 
 mod batches_review;
+mod blocked_batches;
 mod clock_skew;
 mod commands;
 mod declared_kinds;

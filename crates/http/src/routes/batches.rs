@@ -40,6 +40,8 @@ pub struct BatchInfo {
     pub failed: i64,
     pub skipped: i64,
     pub cancelled: i64,
+    /// Items that cannot run: a need of their kind ended without a result.
+    pub blocked: i64,
     pub remaining: i64,
     pub resumes: i64,
     #[schema(value_type = String, format = DateTime)]
@@ -64,6 +66,7 @@ impl BatchInfo {
             failed: summary.failed,
             skipped: summary.skipped,
             cancelled: summary.cancelled,
+            blocked: summary.blocked,
             remaining: summary.remaining,
             resumes: batch.resumes,
             created_at: batch.created_at,

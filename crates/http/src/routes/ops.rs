@@ -181,6 +181,13 @@ pub struct DescribeView {
     pub claim: Option<ClaimFacts>,
     pub requested_revision: Option<String>,
     pub completed_revision: Option<String>,
+    /// The task's current output: what its worker reported with
+    /// `completed_revision`, the revision it belongs to (null until a
+    /// result is recorded, after a result of nothing, and for a file
+    /// ingestion). Untrusted data as the worker sent it: show it as JSON
+    /// or text, never as markup.
+    #[schema(value_type = Option<Object>)]
+    pub output: Option<Value>,
     #[schema(value_type = Option<String>, format = DateTime)]
     pub available_at: Option<Timestamp>,
     pub last_error: Option<String>,
@@ -232,6 +239,9 @@ impl DescribeView {
                 .map(|state| state.requested_revision.clone())
                 .or_else(|| operation.revision.clone()),
             completed_revision: state.and_then(|state| state.completed_revision.clone()),
+            output: state
+                .and_then(|state| state.output.as_deref())
+                .and_then(|output| serde_json::from_str(output).ok()),
             available_at: state.map(|state| state.available_at).or(operation.available_at),
             last_error: operation.last_error.clone(),
             queue: description.queue.map(QueueFacts::from),

@@ -306,9 +306,56 @@ async fn a_thumbnail_is_served_as_png_with_its_revision_as_etag_and_304_when_unc
     service.shutdown().await;
 }
 
+async fn an_operation_read_carries_its_current_output_and_the_revision_it_belongs_to<B: Backend>(backend: &B) {
+    let service = start(backend).await;
+    let engine = service.app.engine();
+    fixtures::declare_kinds(engine).await;
+    let media = fixtures::register(engine, "/photos/a.jpg").await;
+    engine
+        .request_task(
+            &opledger_engine::CommandContext::actor("test"),
+            opledger_engine::TaskRequest {
+                target: opledger_engine::TaskTarget::Media(media),
+                kind: "thumbnail".into(),
+                inputs: serde_json::json!({}),
+                priority: 0,
+            },
+        )
+        .await
+        .unwrap();
+    let claim = fixtures::claim_one(engine, "thumbnail").await;
+    let path = format!("/api/v1/operations/{}", claim.operation_id);
+
+    // Claimed, no result yet: no output, and the token only as a fingerprint.
+    let running = service.get(&path, As::Reader).await;
+    assert_eq!(running.status, 200, "{running:?}");
+    assert!(running.body["output"].is_null(), "{}", running.body);
+    assert!(running.body["completed_revision"].is_null());
+    assert!(!running.body.to_string().contains(&claim.claim_token));
+
+    // The worker's output is data: markup in it comes back as a JSON string.
+    let output = serde_json::json!({"path": "/out/a.png", "caption": "<script>alert(1)</script>"});
+    engine
+        .complete_task(
+            &opledger_engine::CommandContext::actor("test"),
+            &claim.fence(),
+            opledger_engine::Completion::Output(output.clone()),
+        )
+        .await
+        .unwrap();
+    let done = service.get(&path, As::Reader).await;
+    assert_eq!(done.status, 200, "{done:?}");
+    assert_eq!(done.body["output"], output);
+    assert_eq!(done.body["completed_revision"], claim.revision.as_str());
+    assert_eq!(done.body["requested_revision"], claim.revision.as_str());
+    assert!(!done.body.to_string().contains(&claim.claim_token));
+    service.shutdown().await;
+}
+
 opledger_testkit::backend_tests!(
     operations_list_pages_newest_first_with_filters_and_refuses_bad_queries,
     describe_explains_an_operation_with_its_why_and_history_and_timeline_lists_its_events,
     media_list_show_by_path_and_capabilities_answer_what_the_cli_prints,
     a_thumbnail_is_served_as_png_with_its_revision_as_etag_and_304_when_unchanged,
+    an_operation_read_carries_its_current_output_and_the_revision_it_belongs_to,
 );
