@@ -161,8 +161,9 @@ impl Ledger {
     }
 }
 
-const CLAIM_KEYS: [&str; 12] = [
+const CLAIM_KEYS: [&str; 13] = [
     "claim_token",
+    "kind_version",
     "operation_id",
     "media_id",
     "region_id",
@@ -1205,7 +1206,7 @@ fn without_json_each_command_prints_a_short_readable_line() {
     );
     let claimed = line(&["task", "claim", "--kind", "thumbnail", "--worker", "w", "--lease", "30"]);
     assert!(
-        claimed.starts_with(&format!("claimed thumbnail on media {media}: token ")),
+        claimed.starts_with(&format!("claimed thumbnail version 3 on media {media}: token ")),
         "{claimed}"
     );
     let token = claimed

@@ -9,7 +9,6 @@
 
 use crate::support;
 
-use opledger_domain::kinds::legacy;
 use opledger_domain::{MediaId, OperationStatus};
 use opledger_engine::{CommandContext, Engine, TaskRequest, TaskTarget};
 use opledger_media::{
@@ -33,8 +32,13 @@ async fn engine_at(folder: &Path) -> Engine<SqliteStore> {
         .unwrap();
     let engine = Engine::new(store);
     engine.startup().await.unwrap();
+    // The kinds these tasks implement, at the versions their workers state.
+    let kinds = opledger_engine::parse_kinds(opledger_media::KINDS_TOML).unwrap();
     engine
-        .declare(&CommandContext::actor("test"), legacy::declarations())
+        .declare(
+            &CommandContext::actor("test"),
+            kinds.kinds.into_iter().map(|kind| kind.declaration).collect(),
+        )
         .await
         .unwrap();
     engine
